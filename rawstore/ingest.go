@@ -1,0 +1,190 @@
+package rawstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Copy is one event copy as a relay sent it.
+type Copy struct {
+	ID  [32]byte // the top-level id scanned from Raw (not yet verified)
+	Raw []byte   // owned by the batch: the caller must not reuse it
+}
+
+// Malformed is a frame the scanner could not key by id. It is quarantined
+// with its reason so that nothing received is silently dropped.
+type Malformed struct {
+	Raw    []byte
+	Reason string
+}
+
+// Batch is what one crawl step hands the store: events, bad frames, and
+// the crawl state that is only true once those events are durable.
+type Batch struct {
+	Relay     uint32
+	Events    []Copy
+	Malformed []Malformed
+	// Shards maps a job key to its new cursor state.
+	Shards map[string][]byte
+	// RelayRecord, if non-nil, replaces the relay's crawl-owned record.
+	RelayRecord []byte
+}
+
+// IngestResult says what the batch changed.
+type IngestResult struct {
+	New        int // ids seen for the first time
+	Duplicates int // byte-identical copies of a stored id
+	Variants   int // copies whose bytes differ from the stored one (queued for verify)
+}
+
+// header of an E value: version byte, first relay (uint32 BE).
+const eventHeaderLen = 5
+
+// Ingest commits a batch atomically. Duplicates cost a lookup (plus a
+// provenance key when a second relay serves an id); a copy whose bytes
+// differ from the stored one is kept as an alternate and verified on its
+// own, so a forged copy stored first never hides a valid one.
+func (s *Store) Ingest(in *Batch) (IngestResult, error) {
+	var res IngestResult
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+
+	b := s.db.NewBatch()
+	defer b.Close()
+	// Copies already put in this batch: Pebble cannot read them back.
+	inBatch := make(map[[32]byte][]byte, len(in.Events))
+	var altInBatch map[string]bool
+	var newIDs, dups int64
+	for i := range in.Events {
+		c := &in.Events[i]
+		stored, first, err := s.storedCopy(&c.ID, inBatch)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case stored == nil:
+			v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
+			v[0] = 1
+			binary.BigEndian.PutUint32(v[1:], in.Relay)
+			v = append(v, c.Raw...)
+			_ = b.Set(eventKey(&c.ID), v, nil)
+			_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), c.ID[:], nil)
+			inBatch[c.ID] = v
+			newIDs++
+			res.New++
+		case bytes.Equal(stored[eventHeaderLen:], c.Raw):
+			if first != in.Relay {
+				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+			}
+			dups++
+			res.Duplicates++
+		default:
+			if altInBatch == nil {
+				altInBatch = map[string]bool{}
+			}
+			isNew, err := s.addVariant(b, in.Relay, c, altInBatch)
+			if err != nil {
+				return res, err
+			}
+			if first != in.Relay {
+				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+			}
+			if isNew {
+				res.Variants++
+			} else {
+				dups++
+				res.Duplicates++
+			}
+		}
+	}
+	for _, m := range in.Malformed {
+		_ = b.Set(seqKey(prefixQuarant, s.quarSeq.Add(1)), quarantineValue(in.Relay, m.Reason, nil, m.Raw), nil)
+		_ = b.Merge(counterKey(reasonPrefix+m.Reason), delta(1), nil)
+	}
+	if newIDs > 0 {
+		_ = b.Merge(counterKey(CounterEvents), delta(newIDs), nil)
+		_ = b.Merge(counterKey(CounterPending), delta(newIDs), nil)
+	}
+	if dups > 0 {
+		_ = b.Merge(counterKey(CounterDups), delta(dups), nil)
+	}
+	for job, state := range in.Shards {
+		_ = b.Set(shardKey(in.Relay, job), state, nil)
+	}
+	if in.RelayRecord != nil {
+		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), in.RelayRecord), nil)
+	}
+	if err := b.Commit(s.sync); err != nil {
+		return res, fmt.Errorf("rawstore: commit batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	}
+	return res, nil
+}
+
+// storedCopy returns the E value for id (from this batch or the DB) and
+// the relay that first served it; nil if the id is new.
+func (s *Store) storedCopy(id *[32]byte, inBatch map[[32]byte][]byte) ([]byte, uint32, error) {
+	v, ok := inBatch[*id]
+	if !ok {
+		got, closer, err := s.db.Get(eventKey(id))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, 0, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("rawstore: lookup %x: %w", id[:8], err)
+		}
+		v = append([]byte(nil), got...)
+		closer.Close()
+	}
+	if len(v) < eventHeaderLen {
+		return nil, 0, fmt.Errorf("rawstore: corrupt event record %x", id[:8])
+	}
+	return v, binary.BigEndian.Uint32(v[1:5]), nil
+}
+
+// addVariant stores a differing copy under A|id|sha256(raw) unless that exact copy
+// is already there (in the DB or this batch); it reports whether it was new.
+func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[string]bool) (bool, error) {
+	h := sha256.Sum256(c.Raw)
+	k := altKey(&c.ID, h[:])
+	if inBatch[string(k)] {
+		return false, nil
+	}
+	inBatch[string(k)] = true
+	// The key names the bytes, so existence is enough: a copy verified
+	// before (its key kept, emptied) is not verified or counted again.
+	if _, closer, err := s.db.Get(k); err == nil {
+		closer.Close()
+		return false, nil
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return false, fmt.Errorf("rawstore: lookup variant %x: %w", c.ID[:8], err)
+	}
+	v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
+	v[0] = 1
+	binary.BigEndian.PutUint32(v[1:], relay)
+	v = append(v, c.Raw...)
+	_ = b.Set(k, v, nil)
+	_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), k[1:], nil)
+	return true, nil
+}
+
+// quarantine values: relay (4), reason length (1), reason, id (32 or 0), raw.
+func quarantineValue(relay uint32, reason string, id *[32]byte, raw []byte) []byte {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	v := binary.BigEndian.AppendUint32(nil, relay)
+	v = append(v, byte(len(reason)))
+	v = append(v, reason...)
+	if id != nil {
+		v = append(v, 1)
+		v = append(v, id[:]...)
+	} else {
+		v = append(v, 0)
+	}
+	return append(v, raw...)
+}

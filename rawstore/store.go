@@ -1,0 +1,289 @@
+// Package rawstore is the archive on disk: a Pebble database holding each
+// event's bytes exactly as a relay sent them, keyed by the 32-byte id the
+// receive path scanned from them, plus the verify queue, verdicts,
+// provenance, crawl cursors and counters.
+//
+// Two rules shape it (docs/ARCHITECTURE.md has the key space):
+//   - a new event costs two keys (E and P); a duplicate costs a lookup;
+//   - crawl state (cursors) is written in the same batch as the events it
+//     has passed, so a crash can lose both or neither.
+package rawstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+)
+
+// Options configure a Store. The zero value of every field but Dir means
+// its default (see setDefaults).
+type Options struct {
+	Dir    string
+	FS     vfs.FS // default vfs.Default; tests pass vfs.NewCrashableMem()
+	Logger *zap.Logger
+	// NoSync commits ingest batches without fsync. The default (false)
+	// syncs every ingest commit, so a crash re-fetches at most the pages
+	// in flight; NoSync trades that for throughput on slow disks.
+	NoSync       bool
+	CacheSize    int64
+	MemTableSize uint64
+	// EventListener receives Pebble's health events (write stalls, slow
+	// disk, low disk space) in addition to the store's own logging.
+	EventListener *pebble.EventListener
+}
+
+func (o *Options) setDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 64 << 20
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+}
+
+// Validate reports the first bad option.
+func (o *Options) Validate() error {
+	if o.Dir == "" {
+		return errors.New("rawstore: Dir is required")
+	}
+	if o.CacheSize < 0 {
+		return fmt.Errorf("rawstore: CacheSize %d < 0", o.CacheSize)
+	}
+	return nil
+}
+
+// Store is the archive. It is safe for concurrent use.
+type Store struct {
+	db   *pebble.DB
+	opts Options
+	sync *pebble.WriteOptions
+
+	ingestMu sync.Mutex // serializes dedup lookups with the writes they decide
+	applyMu  sync.Mutex // serializes verdict application
+
+	pendingSeq atomic.Uint64
+	quarSeq    atomic.Uint64
+
+	relayMu  sync.Mutex
+	relayIdx map[string]uint32
+	relayURL []string
+}
+
+// Open opens (creating if needed) the archive in opts.Dir.
+func Open(opts Options) (*Store, error) {
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	po := &pebble.Options{
+		FS:                          opts.FS,
+		FormatMajorVersion:          pebble.FormatNewest,
+		MemTableSize:                opts.MemTableSize,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       2,
+		L0StopWritesThreshold:       1000,
+		LBaseMaxBytes:               64 << 20,
+		Merger:                      counterMerger,
+		CompactionConcurrencyRange:  func() (int, int) { return 1, 3 },
+		Logger:                      zapPebbleLogger{opts.Logger.Sugar()},
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	po.Cache = cache
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		po.Levels[i].FilterType = pebble.TableFilter
+	}
+	po.Levels[len(po.Levels)-1].FilterPolicy = pebble.NoFilterPolicy
+	po.EventListener = opts.EventListener
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
+	}
+	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}}
+	if opts.NoSync {
+		s.sync = pebble.NoSync
+	}
+	if err := s.load(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load restores the sequence counters and the relay registry.
+func (s *Store) load() error {
+	for _, p := range []struct {
+		prefix byte
+		seq    *atomic.Uint64
+	}{{prefixPending, &s.pendingSeq}, {prefixQuarant, &s.quarSeq}} {
+		last, err := s.lastKey([]byte{p.prefix})
+		if err != nil {
+			return err
+		}
+		if len(last) == 9 {
+			p.seq.Store(binary.BigEndian.Uint64(last[1:]))
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		idx := binary.BigEndian.Uint32(it.Key()[1:])
+		url, _ := splitRelayRecord(it.Value())
+		for uint32(len(s.relayURL)) <= idx {
+			s.relayURL = append(s.relayURL, "")
+		}
+		s.relayURL[idx] = url
+		s.relayIdx[url] = idx
+	}
+	return it.Error()
+}
+
+func (s *Store) lastKey(prefix []byte) ([]byte, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	if it.Last() {
+		return append([]byte(nil), it.Key()...), nil
+	}
+	return nil, it.Error()
+}
+
+// Close flushes and closes the database. Every iterator and batch must be
+// finished first.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("rawstore: close: %w", err)
+	}
+	return nil
+}
+
+// DB exposes the Pebble handle for metrics (db.Metrics()).
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// RelayIndex returns the small integer that names url in keys, assigning
+// (and durably recording) a new one the first time a URL is seen.
+func (s *Store) RelayIndex(url string) (uint32, error) {
+	s.relayMu.Lock()
+	defer s.relayMu.Unlock()
+	if idx, ok := s.relayIdx[url]; ok {
+		return idx, nil
+	}
+	idx := uint32(len(s.relayURL))
+	if err := s.db.Set(relayKey(idx), relayRecord(url, nil), pebble.Sync); err != nil {
+		return 0, fmt.Errorf("rawstore: register relay %s: %w", url, err)
+	}
+	s.relayURL = append(s.relayURL, url)
+	s.relayIdx[url] = idx
+	return idx, nil
+}
+
+// RelayURL returns the URL registered under idx ("" if none).
+func (s *Store) RelayURL(idx uint32) string {
+	s.relayMu.Lock()
+	defer s.relayMu.Unlock()
+	if int(idx) < len(s.relayURL) {
+		return s.relayURL[idx]
+	}
+	return ""
+}
+
+// relay records are url, NUL, crawl-owned payload.
+func relayRecord(url string, payload []byte) []byte {
+	v := make([]byte, 0, len(url)+1+len(payload))
+	v = append(v, url...)
+	v = append(v, 0)
+	return append(v, payload...)
+}
+
+func splitRelayRecord(v []byte) (string, []byte) {
+	for i, c := range v {
+		if c == 0 {
+			return string(v[:i]), v[i+1:]
+		}
+	}
+	return string(v), nil
+}
+
+// Relay is one registered relay and its crawl-owned record.
+type Relay struct {
+	Index  uint32
+	URL    string
+	Record []byte
+}
+
+// Relays lists every registered relay with its latest record.
+func (s *Store) Relays() ([]Relay, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Relay
+	for it.First(); it.Valid(); it.Next() {
+		url, rec := splitRelayRecord(it.Value())
+		out = append(out, Relay{Index: binary.BigEndian.Uint32(it.Key()[1:]), URL: url, Record: append([]byte(nil), rec...)})
+	}
+	return out, it.Error()
+}
+
+// Shard returns the crawl-owned state stored for (relay, job), or nil.
+func (s *Store) Shard(relay uint32, job string) ([]byte, error) {
+	return s.get(shardKey(relay, job))
+}
+
+func (s *Store) get(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// Sources returns the relays that served id: the first one, then the
+// others in index order.
+func (s *Store) Sources(id [32]byte) ([]uint32, error) {
+	v, err := s.get(eventKey(&id))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	out := []uint32{binary.BigEndian.Uint32(v[1:5])}
+	p := append([]byte{prefixProven}, id[:]...)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, binary.BigEndian.Uint32(it.Key()[1+idLen:]))
+	}
+	return out, it.Error()
+}
+
+type zapPebbleLogger struct{ s *zap.SugaredLogger }
+
+func (l zapPebbleLogger) Infof(format string, args ...any)  { l.s.Debugf(format, args...) }
+func (l zapPebbleLogger) Errorf(format string, args ...any) { l.s.Errorf(format, args...) }
+func (l zapPebbleLogger) Fatalf(format string, args ...any) { l.s.Fatalf(format, args...) }

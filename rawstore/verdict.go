@@ -1,0 +1,342 @@
+package rawstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Pending is one queued copy awaiting a verdict.
+type Pending struct {
+	Seq     uint64
+	ID      [32]byte
+	Variant []byte // the alternate's sha256; nil for the primary copy
+	Relay   uint32
+	Raw     []byte // nil when the copy is gone (already resolved)
+}
+
+// Verdict is the lazy pool's judgement of one Pending copy.
+type Verdict struct {
+	Valid  bool
+	Reason string // why it is invalid: "malformed", "id-mismatch", "bad-sig", ...
+}
+
+const (
+	statusValid   byte = 1
+	statusInvalid byte = 2
+)
+
+// NextPending returns up to max queued copies with Seq > after, in queue
+// order.
+func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: seqKey(prefixPending, after+1),
+		UpperBound: []byte{prefixPending + 1},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Pending
+	for it.First(); it.Valid() && len(out) < max; it.Next() {
+		p := Pending{Seq: binary.BigEndian.Uint64(it.Key()[1:])}
+		ref := it.Value()
+		if len(ref) < idLen {
+			return nil, fmt.Errorf("rawstore: corrupt queue entry %d", p.Seq)
+		}
+		copy(p.ID[:], ref)
+		key := eventKey(&p.ID)
+		if len(ref) > idLen {
+			p.Variant = append([]byte(nil), ref[idLen:]...)
+			key = altKey(&p.ID, p.Variant)
+		}
+		v, err := s.get(key)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) >= eventHeaderLen {
+			p.Relay = binary.BigEndian.Uint32(v[1:5])
+			p.Raw = v[eventHeaderLen:]
+		}
+		out = append(out, p)
+	}
+	return out, it.Error()
+}
+
+// Apply records verdicts (vs[i] judges items[i]) in one atomic batch and
+// removes the items from the queue. Items must be in queue order: a
+// primary copy's verdict is applied before its alternates', and an
+// alternate that verifies replaces a primary that did not.
+func (s *Store) Apply(items []Pending, vs []Verdict) error {
+	if len(items) != len(vs) {
+		return fmt.Errorf("rawstore: %d verdicts for %d items", len(vs), len(items))
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	a := applier{s: s, b: s.db.NewBatch(), status: map[[32]byte][]byte{}, primary: map[[32]byte][]byte{}}
+	defer a.b.Close()
+	for i := range items {
+		if err := a.apply(&items[i], vs[i]); err != nil {
+			return err
+		}
+		_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
+	}
+	for name, d := range a.counters {
+		if d != 0 {
+			_ = a.b.Merge(counterKey(name), delta(d), nil)
+		}
+	}
+	return a.b.Commit(pebble.NoSync)
+}
+
+type applier struct {
+	s        *Store
+	b        *pebble.Batch
+	status   map[[32]byte][]byte // V values written in this batch
+	primary  map[[32]byte][]byte // E values written in this batch
+	counters map[string]int64
+}
+
+func (a *applier) count(name string, d int64) {
+	if a.counters == nil {
+		a.counters = map[string]int64{}
+	}
+	a.counters[name] += d
+}
+
+func (a *applier) verdict(id *[32]byte) ([]byte, error) {
+	if v, ok := a.status[*id]; ok {
+		return v, nil
+	}
+	return a.s.get(verdictKey(id))
+}
+
+func (a *applier) setVerdict(id *[32]byte, relay uint32, v Verdict) {
+	val := []byte{statusValid}
+	if !v.Valid {
+		val[0] = statusInvalid
+	}
+	val = binary.BigEndian.AppendUint32(val, relay)
+	val = append(val, v.Reason...)
+	a.status[*id] = val
+	_ = a.b.Set(verdictKey(id), val, nil)
+}
+
+func (a *applier) apply(p *Pending, v Verdict) error {
+	if p.Raw == nil {
+		return nil // resolved already (e.g. an alternate deleted by an earlier verdict)
+	}
+	cur, err := a.verdict(&p.ID)
+	if err != nil {
+		return err
+	}
+	if p.Variant == nil {
+		if cur != nil {
+			return nil // verified before: reprocessing is idempotent
+		}
+		a.setVerdict(&p.ID, p.Relay, v)
+		a.count(CounterPending, -1)
+		if v.Valid {
+			a.count(CounterValid, 1)
+		} else {
+			a.count(CounterInvalid, 1)
+			a.count(reasonPrefix+v.Reason, 1)
+		}
+		return nil
+	}
+
+	// An alternate copy of an id that already has a primary.
+	_ = a.b.Set(altKey(&p.ID, p.Variant), nil, nil) // resolved: kept so a resend is a duplicate
+	switch {
+	case !v.Valid:
+		a.quarantine(p.Relay, v.Reason, &p.ID, p.Raw)
+		a.count(reasonPrefix+v.Reason, 1)
+	case cur != nil && cur[0] == statusValid:
+		// Another serialization of a valid event: nothing to keep.
+	default:
+		// The alternate is valid and the primary is not (or not yet):
+		// promote it. The old primary is quarantined with its reason, or
+		// re-queued as an alternate if it had no verdict yet.
+		old, err := a.primaryValue(&p.ID)
+		if err != nil {
+			return err
+		}
+		nv := make([]byte, eventHeaderLen, eventHeaderLen+len(p.Raw))
+		nv[0] = 1
+		binary.BigEndian.PutUint32(nv[1:], p.Relay)
+		nv = append(nv, p.Raw...)
+		a.primary[p.ID] = nv
+		_ = a.b.Set(eventKey(&p.ID), nv, nil)
+		a.setVerdict(&p.ID, p.Relay, v)
+		a.count(CounterValid, 1)
+		if cur != nil { // invalid primary
+			a.count(CounterInvalid, -1)
+			if old != nil {
+				a.quarantine(binary.BigEndian.Uint32(old[1:5]), string(cur[5:]), &p.ID, old[eventHeaderLen:])
+				h := sha256.Sum256(old[eventHeaderLen:])
+				_ = a.b.Set(altKey(&p.ID, h[:]), nil, nil)
+			}
+		} else {
+			a.count(CounterPending, -1)
+			if old != nil && !bytes.Equal(old[eventHeaderLen:], p.Raw) {
+				h := sha256.Sum256(old[eventHeaderLen:])
+				k := altKey(&p.ID, h[:])
+				_ = a.b.Set(k, old, nil)
+				_ = a.b.Set(seqKey(prefixPending, a.s.pendingSeq.Add(1)), k[1:], nil)
+			}
+		}
+	}
+	return nil
+}
+
+func (a *applier) primaryValue(id *[32]byte) ([]byte, error) {
+	if v, ok := a.primary[*id]; ok {
+		return v, nil
+	}
+	return a.s.get(eventKey(id))
+}
+
+func (a *applier) quarantine(relay uint32, reason string, id *[32]byte, raw []byte) {
+	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, id, raw), nil)
+}
+
+// ResetVerdicts forgets every verdict and queues every stored copy for
+// verification again (`archiver reprocess --all`, e.g. after a verifier
+// change). Quarantined copies stay quarantined and keep their counts.
+func (s *Store) ResetVerdicts() (queued int, err error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	st, err := s.Stats()
+	if err != nil {
+		return 0, err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
+	_ = b.DeleteRange([]byte{prefixPending}, []byte{prefixPending + 1}, nil)
+	for _, p := range []byte{prefixEvent, prefixAlternate} {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+		if err != nil {
+			return 0, err
+		}
+		for it.First(); it.Valid(); it.Next() {
+			if len(it.Value()) == 0 {
+				continue // a resolved alternate
+			}
+			_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), append([]byte(nil), it.Key()[1:]...), nil)
+			queued++
+		}
+		if err := it.Close(); err != nil {
+			return 0, err
+		}
+	}
+	quarantined, err := s.quarantineCounts()
+	if err != nil {
+		return 0, err
+	}
+	_ = b.Merge(counterKey(CounterValid), delta(-st.Valid), nil)
+	_ = b.Merge(counterKey(CounterInvalid), delta(-st.Invalid), nil)
+	_ = b.Merge(counterKey(CounterPending), delta(st.Valid+st.Invalid), nil)
+	for reason, n := range st.InvalidCopies {
+		_ = b.Merge(counterKey(reasonPrefix+reason), delta(quarantined[reason]-n), nil)
+	}
+	for reason, n := range quarantined {
+		if _, ok := st.InvalidCopies[reason]; !ok {
+			_ = b.Merge(counterKey(reasonPrefix+reason), delta(n), nil)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return 0, fmt.Errorf("rawstore: reset verdicts: %w", err)
+	}
+	return queued, nil
+}
+
+func (s *Store) quarantineCounts() (map[string]int64, error) {
+	out := map[string]int64{}
+	err := s.ForEachQuarantined(func(q Quarantined) error {
+		out[q.Reason]++
+		return nil
+	})
+	return out, err
+}
+
+// Quarantined is a copy that failed for good.
+type Quarantined struct {
+	Seq    uint64
+	Relay  uint32
+	Reason string
+	ID     *[32]byte // nil for frames that had no usable id
+	Raw    []byte    // valid only during the callback
+}
+
+// ForEachQuarantined calls fn for every quarantined copy in order.
+func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixQuarant}, UpperBound: []byte{prefixQuarant + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		v := it.Value()
+		if len(v) < 6 || len(v) < 6+int(v[4]) {
+			return errors.New("rawstore: corrupt quarantine entry")
+		}
+		q := Quarantined{Seq: binary.BigEndian.Uint64(it.Key()[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
+		rest := v[5+v[4]:]
+		if rest[0] == 1 && len(rest) >= 1+idLen {
+			var id [32]byte
+			copy(id[:], rest[1:])
+			q.ID = &id
+			rest = rest[1+idLen:]
+		} else {
+			rest = rest[1:]
+		}
+		q.Raw = rest
+		if err := fn(q); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// ForEachValid calls fn with every id whose stored copy verified, in id
+// order. raw is valid only during the callback. Nothing pending or invalid
+// is ever passed: this is what export reads.
+func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
+	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
+	if err != nil {
+		return err
+	}
+	defer vit.Close()
+	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return err
+	}
+	defer eit.Close()
+	ek := make([]byte, 1+idLen)
+	ek[0] = prefixEvent
+	for vit.First(); vit.Valid(); vit.Next() {
+		if v := vit.Value(); len(v) == 0 || v[0] != statusValid {
+			continue
+		}
+		copy(ek[1:], vit.Key()[1:])
+		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
+			return fmt.Errorf("rawstore: verdict without event %x", ek[1:9])
+		}
+		var id [32]byte
+		copy(id[:], ek[1:])
+		if err := fn(id, eit.Value()[eventHeaderLen:]); err != nil {
+			return err
+		}
+	}
+	if err := vit.Error(); err != nil {
+		return err
+	}
+	return eit.Error()
+}
