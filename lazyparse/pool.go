@@ -1,0 +1,195 @@
+// Package lazyparse verifies stored events off the receive path: a pool
+// takes queued copies from the raw store in batches, parses each, recomputes
+// the NIP-01 id from the canonical serialization, checks the BIP-340
+// signature, and records a verdict. The crawl never waits for it.
+package lazyparse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"go.uber.org/zap"
+)
+
+// Reasons recorded for invalid copies.
+const (
+	ReasonMalformed  = "malformed"   // not a well-formed NIP-01 event object
+	ReasonIDMismatch = "id-mismatch" // the id is not sha256 of the canonical serialization
+	ReasonBadSig     = "bad-sig"     // the BIP-340 signature does not verify
+	ReasonBadPubKey  = "bad-pubkey"  // the pubkey is not an x coordinate on the curve
+)
+
+// Verifier checks one BIP-340 signature of msg by pubkey. Each worker gets
+// its own Verifier from Options.NewVerifier, so implementations may keep
+// per-worker caches without locks. It returns "" for a valid signature,
+// otherwise ReasonBadSig or ReasonBadPubKey.
+type Verifier func(pubkey, msg *[32]byte, sig *[64]byte) (reason string)
+
+// Options configure a Pool.
+type Options struct {
+	Store       *rawstore.Store
+	Workers     int // parallel verifiers; default GOMAXPROCS
+	BatchSize   int // copies per store round trip; default 1024
+	NewVerifier func() Verifier
+	Logger      *zap.Logger
+	Metrics     *Metrics // optional
+	// Idle is how long Run sleeps when the queue is empty and nobody
+	// calls Notify; default 200ms.
+	Idle time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Workers == 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 1024
+	}
+	if o.NewVerifier == nil {
+		o.NewVerifier = DefaultVerifier
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Idle == 0 {
+		o.Idle = 200 * time.Millisecond
+	}
+}
+
+// Validate reports the first bad option.
+func (o *Options) Validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("lazyparse: Store is required")
+	case o.Workers < 1:
+		return fmt.Errorf("lazyparse: Workers %d < 1", o.Workers)
+	case o.BatchSize < 1:
+		return fmt.Errorf("lazyparse: BatchSize %d < 1", o.BatchSize)
+	}
+	return nil
+}
+
+// Pool is the verify worker pool.
+type Pool struct {
+	opts      Options
+	verifiers []Verifier
+	wake      chan struct{}
+	last      uint64 // highest queue seq applied
+}
+
+// New builds a pool; it does nothing until Run or Drain.
+func New(opts Options) (*Pool, error) {
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{opts: opts, wake: make(chan struct{}, 1)}
+	for i := 0; i < opts.Workers; i++ {
+		p.verifiers = append(p.verifiers, opts.NewVerifier())
+	}
+	return p, nil
+}
+
+// Notify tells a Run loop that new copies were queued. It never blocks.
+func (p *Pool) Notify() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run verifies until ctx is done.
+func (p *Pool) Run(ctx context.Context) error {
+	for {
+		n, err := p.step()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.wake:
+		case <-time.After(p.opts.Idle):
+		}
+	}
+}
+
+// Drain verifies until the queue is empty (or ctx is done) and returns
+// how many copies it judged.
+func (p *Pool) Drain(ctx context.Context) (int, error) {
+	total := 0
+	for ctx.Err() == nil {
+		n, err := p.step()
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+	return total, ctx.Err()
+}
+
+// step judges one batch and returns its size.
+func (p *Pool) step() (int, error) {
+	items, err := p.opts.Store.NextPending(p.last, p.opts.BatchSize)
+	if err != nil || len(items) == 0 {
+		return 0, err
+	}
+	start := time.Now()
+	verdicts := make([]rawstore.Verdict, len(items))
+	var wg sync.WaitGroup
+	chunk := (len(items) + len(p.verifiers) - 1) / len(p.verifiers)
+	for w := 0; w*chunk < len(items); w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, len(items))
+		wg.Add(1)
+		go func(verify Verifier) {
+			defer wg.Done()
+			var buf []byte
+			for i := lo; i < hi; i++ {
+				if items[i].Raw != nil {
+					verdicts[i], buf = Judge(items[i].ID, items[i].Raw, verify, buf)
+				}
+			}
+		}(p.verifiers[w])
+	}
+	wg.Wait()
+	if err := p.opts.Store.Apply(items, verdicts); err != nil {
+		return 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
+	}
+	p.last = items[len(items)-1].Seq
+	if m := p.opts.Metrics; m != nil {
+		m.observe(verdicts, time.Since(start))
+	}
+	return len(items), nil
+}
+
+// Judge decides one copy stored under id. buf is scratch space for the
+// canonical serialization; the grown buffer is returned for reuse.
+func Judge(id [32]byte, raw []byte, verify Verifier, buf []byte) (rawstore.Verdict, []byte) {
+	e, err := event.Parse(raw)
+	if err != nil {
+		return rawstore.Verdict{Reason: ReasonMalformed}, buf
+	}
+	if e.ID != id {
+		// The scanner keyed the copy by a different id than a full parse
+		// finds: the object is ambiguous, so it is not this event.
+		return rawstore.Verdict{Reason: ReasonMalformed}, buf
+	}
+	var sum [32]byte
+	sum, buf = e.ComputeID(buf)
+	if sum != e.ID {
+		return rawstore.Verdict{Reason: ReasonIDMismatch}, buf
+	}
+	if reason := verify(&e.PubKey, &e.ID, &e.Sig); reason != "" {
+		return rawstore.Verdict{Reason: reason}, buf
+	}
+	return rawstore.Verdict{Valid: true}, buf
+}

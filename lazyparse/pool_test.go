@@ -1,0 +1,109 @@
+package lazyparse
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func signed(t *testing.T, sk *btcec.PrivateKey, content string, ts int64) *event.Event {
+	t.Helper()
+	e := &event.Event{CreatedAt: ts, Kind: 1, Tags: [][]string{}, Content: content}
+	if err := e.Sign(sk); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestJudgeReasons(t *testing.T) {
+	sk, _ := btcec.NewPrivateKey()
+	good := signed(t, sk, "hello", 100)
+	raw := event.AppendJSON(nil, good)
+
+	forged := *good
+	forged.Content = "tampered"
+	badSig := *good
+	badSig.Sig[10] ^= 1
+	badKey := *good
+	badKey.PubKey = [32]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe, 0xff, 0xff, 0xfc, 0x30}
+	badKey.ID, _ = badKey.ComputeID(nil)
+	escaped := bytes.Replace(raw, []byte(`"content":"hello"`), []byte(`"content":"h\u0065llo"`), 1)
+
+	verify := DefaultVerifier()
+	for _, tc := range []struct {
+		name string
+		id   [32]byte
+		raw  []byte
+		want string
+	}{
+		{"valid", good.ID, raw, ""},
+		{"valid with escapes", good.ID, escaped, ""},
+		{"forged content", good.ID, event.AppendJSON(nil, &forged), ReasonIDMismatch},
+		{"bad sig", good.ID, event.AppendJSON(nil, &badSig), ReasonBadSig},
+		{"pubkey not on curve", badKey.ID, event.AppendJSON(nil, &badKey), ReasonBadPubKey},
+		{"malformed", good.ID, raw[:len(raw)-2], ReasonMalformed},
+		{"keyed by another id", badKey.ID, raw, ReasonMalformed},
+	} {
+		v, _ := Judge(tc.id, tc.raw, verify, nil)
+		if v.Valid != (tc.want == "") || v.Reason != tc.want {
+			t.Errorf("%s: verdict %+v, want reason %q", tc.name, v, tc.want)
+		}
+	}
+}
+
+func TestPoolDrainsStore(t *testing.T) {
+	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, _ := st.RelayIndex("ws://test")
+	sk, _ := btcec.NewPrivateKey()
+	var copies []rawstore.Copy
+	for i := 0; i < 300; i++ {
+		e := signed(t, sk, strings.Repeat("x", i), int64(1000+i))
+		raw := event.AppendJSON(nil, e)
+		if i%10 == 0 {
+			raw = bytes.Replace(raw, []byte(`"kind":1`), []byte(`"kind":2`), 1)
+		}
+		copies = append(copies, rawstore.Copy{ID: e.ID, Raw: raw})
+	}
+	if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	p, err := New(Options{Store: st, BatchSize: 64, Workers: 3, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.Drain(context.Background())
+	if err != nil || n != 300 {
+		t.Fatalf("Drain = %d, %v", n, err)
+	}
+	s, _ := st.Stats()
+	if s.Valid != 270 || s.Invalid != 30 || s.Pending != 0 || s.InvalidCopies[ReasonIDMismatch] != 30 {
+		t.Fatalf("stats %+v", s)
+	}
+	if got := testutil.ToFloat64(m.verdicts.WithLabelValues("valid")); got != 270 {
+		t.Fatalf("valid metric %v", got)
+	}
+	exported := 0
+	_ = st.ForEachValid(func(id [32]byte, raw []byte) error {
+		exported++
+		if bytes.Contains(raw, []byte(`"kind":2`)) {
+			t.Errorf("tampered event %x exported", id[:4])
+		}
+		return nil
+	})
+	if exported != 270 {
+		t.Fatalf("exported %d", exported)
+	}
+}
