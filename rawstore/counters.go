@@ -3,6 +3,7 @@ package rawstore
 import (
 	"encoding/binary"
 	"io"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -45,7 +46,31 @@ const (
 	CounterPending = "pending" // ids not yet verified
 	CounterDups    = "duplicates"
 	reasonPrefix   = "bad:"
+	relayPrefix    = "relay:"
 )
+
+// relayCounterKey names a per-relay counter: relay:<idx>:<name>.
+func relayCounterKey(relay uint32, name string) []byte {
+	return counterKey(relayPrefix + strconv.FormatUint(uint64(relay), 10) + ":" + name)
+}
+
+// RelayCounters returns the per-relay ingest counters of relay: new
+// (ids it served first), duplicates, variants, copies, malformed.
+func (s *Store) RelayCounters(relay uint32) (map[string]int64, error) {
+	p := relayCounterKey(relay, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[string]int64{}
+	for it.First(); it.Valid(); it.Next() {
+		if v := it.Value(); len(v) == 8 {
+			out[string(it.Key()[len(p):])] = int64(binary.LittleEndian.Uint64(v))
+		}
+	}
+	return out, it.Error()
+}
 
 // Stats is a snapshot of the counters.
 type Stats struct {

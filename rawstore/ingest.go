@@ -113,6 +113,11 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	if dups > 0 {
 		_ = b.Merge(counterKey(CounterDups), delta(dups), nil)
 	}
+	for name, n := range map[string]int{"new": res.New, "duplicates": res.Duplicates, "variants": res.Variants, "copies": len(in.Events), "malformed": len(in.Malformed)} {
+		if n > 0 {
+			_ = b.Merge(relayCounterKey(in.Relay, name), delta(int64(n)), nil)
+		}
+	}
 	for job, state := range in.Shards {
 		_ = b.Set(shardKey(in.Relay, job), state, nil)
 	}

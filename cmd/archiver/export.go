@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/nostr-archiver/archiver/event"
+	"go.uber.org/zap"
+)
+
+func runExport(args []string) int {
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	var c common
+	out := fs.String("out", "-", "output file (- for stdout)")
+	c.register(fs)
+	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
+		return usageError("export", fmt.Errorf("unexpected arguments %q", rest))
+	}
+	log, err := c.logger()
+	if err != nil {
+		return usageError("--log-level", err)
+	}
+	store, err := c.openStore(log)
+	if err != nil {
+		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
+		return 1
+	}
+	defer store.Close()
+	var w io.Writer = os.Stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			log.Error("export", zap.Error(err))
+			return 1
+		}
+		defer f.Close()
+		w = f
+	}
+	n, err := export(store, w)
+	if err != nil {
+		log.Error("export", zap.Error(err))
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "exported %d valid events\n", n)
+	return 0
+}
+
+// validSource is what export reads: rawstore.Store.
+type validSource interface {
+	ForEachValid(fn func(id [32]byte, raw []byte) error) error
+}
+
+// export writes every valid event as one compact JSON object per line
+// (the canonical key order; `strfry import` and `nak` read it).
+func export(src validSource, w io.Writer) (int, error) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	n := 0
+	var line []byte
+	err := src.ForEachValid(func(id [32]byte, raw []byte) error {
+		e, err := event.Parse(raw)
+		if err != nil || e.ID != id {
+			return fmt.Errorf("event %x marked valid does not parse: %v", id[:8], err)
+		}
+		line = append(event.AppendJSON(line[:0], e), '\n')
+		n++
+		_, err = bw.Write(line)
+		return err
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}

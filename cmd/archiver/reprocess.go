@@ -1,0 +1,59 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/nostr-archiver/archiver/lazyparse"
+	"go.uber.org/zap"
+)
+
+func runReprocess(args []string) int {
+	fs := flag.NewFlagSet("reprocess", flag.ContinueOnError)
+	var c common
+	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
+	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
+	c.register(fs)
+	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
+		return usageError("reprocess", fmt.Errorf("unexpected arguments %q", rest))
+	}
+	log, err := c.logger()
+	if err != nil {
+		return usageError("--log-level", err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	store, err := c.openStore(log)
+	if err != nil {
+		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
+		return 1
+	}
+	defer store.Close()
+	if *all {
+		n, err := store.ResetVerdicts()
+		if err != nil {
+			log.Error("reset verdicts", zap.Error(err))
+			return 1
+		}
+		log.Info("queued every stored copy", zap.Int("copies", n))
+	}
+	pool, err := lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
+	if err != nil {
+		log.Error("verify pool", zap.Error(err))
+		return 1
+	}
+	start := time.Now()
+	n, err := pool.Drain(ctx)
+	if err != nil {
+		log.Error("verify", zap.Error(err))
+		return 1
+	}
+	el := time.Since(start)
+	st, _ := store.Stats()
+	fmt.Fprintf(os.Stderr, "verified %d copies in %v (%.0f/s): %d valid, %d invalid, %d pending\n",
+		n, el.Round(time.Millisecond), float64(n)/max(el.Seconds(), 1e-9), st.Valid, st.Invalid, st.Pending)
+	return 0
+}

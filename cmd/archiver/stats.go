@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"go.uber.org/zap"
+)
+
+// statsReport is what `archiver stats --json` prints.
+type statsReport struct {
+	rawstore.Stats
+	Relays []relayReport `json:"relays"`
+}
+
+type relayReport struct {
+	URL      string           `json:"url"`
+	Counters map[string]int64 `json:"counters"`
+	crawl.RelayRecord
+}
+
+func collectStats(store *rawstore.Store) (*statsReport, error) {
+	st, err := store.Stats()
+	if err != nil {
+		return nil, err
+	}
+	rep := &statsReport{Stats: st}
+	rels, err := store.Relays()
+	if err != nil {
+		return nil, err
+	}
+	for _, rel := range rels {
+		rr := relayReport{URL: rel.URL}
+		if len(rel.Record) > 0 {
+			if err := json.Unmarshal(rel.Record, &rr.RelayRecord); err != nil {
+				return nil, fmt.Errorf("relay %s record: %w", rel.URL, err)
+			}
+		}
+		if rr.Counters, err = store.RelayCounters(rel.Index); err != nil {
+			return nil, err
+		}
+		rep.Relays = append(rep.Relays, rr)
+	}
+	return rep, nil
+}
+
+func runStats(args []string) int {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	var c common
+	asJSON := fs.Bool("json", false, "print JSON")
+	c.register(fs)
+	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
+		return usageError("stats", fmt.Errorf("unexpected arguments %q", rest))
+	}
+	log, err := c.logger()
+	if err != nil {
+		return usageError("--log-level", err)
+	}
+	store, err := c.openStore(log)
+	if err != nil {
+		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
+		return 1
+	}
+	defer store.Close()
+	rep, err := collectStats(store)
+	if err != nil {
+		log.Error("stats", zap.Error(err))
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+		return 0
+	}
+	fmt.Printf("events   %d\nvalid    %d\ninvalid  %d\npending  %d\ndups     %d\n", rep.Events, rep.Valid, rep.Invalid, rep.Pending, rep.Duplicates)
+	reasons := make([]string, 0, len(rep.InvalidCopies))
+	for r := range rep.InvalidCopies {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		fmt.Printf("  invalid copies, %s: %d\n", r, rep.InvalidCopies[r])
+	}
+	for _, r := range rep.Relays {
+		fmt.Printf("\n%s\n  finish %s %s\n  pages %d, new events %d, copies %d, effective limit %d\n",
+			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
+		for _, w := range r.Walls {
+			fmt.Printf("  wall at %d: %d events, complete=%v (%s)\n", w.Second, w.Events, w.Complete, w.Method)
+		}
+	}
+	return 0
+}

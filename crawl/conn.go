@@ -1,0 +1,458 @@
+package crawl
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lxzan/gws"
+	"github.com/nostr-archiver/archiver/frame"
+	"github.com/nostr-archiver/archiver/rawstore"
+)
+
+// ErrTooManyRequests means the relay refused the WebSocket upgrade with
+// HTTP 429: a per-IP connection or rate limit.
+var ErrTooManyRequests = errors.New("HTTP 429 on connect")
+
+// errConnClosed ends every subscription of a connection that went away.
+var errConnClosed = errors.New("connection closed")
+
+// EndKind says how a page ended.
+type EndKind uint8
+
+const (
+	EndEOSE     EndKind = iota // the relay sent EOSE
+	EndClosed                  // the relay sent CLOSED (Page.Reason)
+	EndNotice                  // a NOTICE refused the REQ, no EOSE (strfry's sub cap)
+	EndTimeout                 // nothing arrived for the idle timeout
+	EndConnLost                // the connection dropped mid-page
+	EndOverflow                // the relay sent far more than the limit; the prefix is kept
+)
+
+func (k EndKind) String() string {
+	return [...]string{"eose", "closed", "notice", "timeout", "conn-lost", "overflow"}[k]
+}
+
+// Item is one EVENT copy as received, keyed by its scanned id.
+type Item struct {
+	ID        [32]byte
+	CreatedAt int64
+	Raw       []byte // owned (copied out of the WebSocket buffer)
+}
+
+// Page is what one REQ returned.
+type Page struct {
+	Items     []Item
+	Malformed []rawstore.Malformed
+	Bytes     int
+	End       EndKind
+	Reason    string // CLOSED / NOTICE text
+	Count     int64  // COUNT answers
+	Latency   time.Duration
+}
+
+// Conn is one WebSocket connection to a relay with any number of REQs in
+// flight. The gws read loop (owned by the Conn) only scans frames and
+// appends to the page of their subscription, so it never blocks on the
+// store: what can arrive is bounded by in-flight REQs x limit.
+type Conn struct {
+	url  string
+	ws   *gws.Conn
+	done chan struct{} // closed when the read loop has exited
+
+	mu        sync.Mutex
+	subs      map[string]*sub
+	order     []*sub // REQs in send order, for NOTICE attribution
+	nextSub   uint64
+	challenge string
+	orphans   []rawstore.Malformed // malformed frames with no subscription
+	closeErr  error
+	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
+
+	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
+	pingStop  chan struct{}
+	pingDone  chan struct{}
+}
+
+type sub struct {
+	id       string
+	page     Page
+	limit    int
+	sent     time.Time
+	frames   int
+	last     atomic.Int64
+	finished chan struct{}
+	isCount  bool
+}
+
+// DialOptions configure a connection.
+type DialOptions struct {
+	MaxFrame     int           // largest frame accepted
+	DialTimeout  time.Duration // TCP + TLS + upgrade
+	PingInterval time.Duration
+	TLS          *tls.Config // cloned per dial
+}
+
+// Dial connects to a relay. The returned Conn owns a read loop and a ping
+// loop; Close stops both and waits for them.
+func Dial(ctx context.Context, relay string, o DialOptions) (*Conn, error) {
+	u, err := url.Parse(relay)
+	if err != nil {
+		return nil, err
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = map[string]string{"ws": "80", "wss": "443"}[u.Scheme]
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	d := net.Dialer{}
+	nc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", relay, err)
+	}
+	// gws's handshake has no context: closing the socket is how a
+	// cancelled dial gets its goroutine back.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	if u.Scheme == "wss" {
+		cfg := &tls.Config{}
+		if o.TLS != nil {
+			cfg = o.TLS.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("tls %s: %w", relay, err)
+		}
+		nc = tc
+	}
+	c := &Conn{
+		url: relay, subs: map[string]*sub{}, done: make(chan struct{}),
+		pingStop: make(chan struct{}), pingDone: make(chan struct{}),
+	}
+	ws, resp, err := gws.NewClientFromConn(c, &gws.ClientOption{
+		Addr:               relay,
+		ReadMaxPayloadSize: o.MaxFrame,
+		HandshakeTimeout:   o.DialTimeout,
+		Recovery:           gws.Recovery,
+	}, nc)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
+			return nil, fmt.Errorf("upgrade %s: %w", relay, ErrTooManyRequests)
+		}
+		if resp != nil {
+			return nil, fmt.Errorf("upgrade %s: HTTP %d: %w", relay, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("upgrade %s: %w", relay, err)
+	}
+	_ = nc.SetDeadline(time.Time{}) // gws leaves the handshake deadline set
+	c.ws = ws
+	c.lastFrame.Store(time.Now().UnixNano())
+	go func() {
+		defer close(c.done)
+		ws.ReadLoop()
+	}()
+	go c.pingLoop(o.PingInterval)
+	return c, nil
+}
+
+// pingLoop keeps NAT and proxies from dropping a quiet connection. It
+// never judges liveness: a relay streaming a bulk page may answer pings
+// late, and that must not end the page (nak's paginator loses half a
+// relay that way).
+func (c *Conn) pingLoop(every time.Duration) {
+	defer close(c.pingDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.pingStop:
+			return
+		case <-c.done:
+			return
+		case <-t.C:
+			_ = c.ws.WritePing(nil)
+		}
+	}
+}
+
+// Close closes the connection and waits for its goroutines.
+func (c *Conn) Close() {
+	select {
+	case <-c.pingStop:
+	default:
+		close(c.pingStop)
+	}
+	_ = c.ws.NetConn().SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.ws.WriteClose(1000, nil)
+	_ = c.ws.NetConn().Close()
+	<-c.done
+	<-c.pingDone
+}
+
+// Done is closed when the connection has gone away.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the connection went away.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
+// Challenge returns the NIP-42 challenge the relay sent, if any.
+func (c *Conn) Challenge() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.challenge
+}
+
+// TakeOrphans returns (and forgets) malformed frames that named no
+// subscription, so the caller can quarantine them with its next batch.
+func (c *Conn) TakeOrphans() []rawstore.Malformed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.orphans
+	c.orphans = nil
+	return o
+}
+
+// UnknownLabels reports frames with labels the scanner does not know.
+func (c *Conn) UnknownLabels() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.unknown))
+	for k, v := range c.unknown {
+		out[k] = v
+	}
+	return out
+}
+
+// Req sends one REQ with filter (a JSON object) and collects its page
+// until EOSE, CLOSED, a NOTICE refusal, idle timeout or loss of the
+// connection. The subscription is CLOSEd before Req returns.
+func (c *Conn) Req(ctx context.Context, filter []byte, limit int, idle time.Duration) (*Page, error) {
+	return c.request(ctx, "REQ", filter, limit, idle)
+}
+
+// Count sends a NIP-45 COUNT with filter and returns the relay's answer.
+func (c *Conn) Count(ctx context.Context, filter []byte, idle time.Duration) (*Page, error) {
+	return c.request(ctx, "COUNT", filter, 0, idle)
+}
+
+func (c *Conn) request(ctx context.Context, verb string, filter []byte, limit int, idle time.Duration) (*Page, error) {
+	s := &sub{limit: limit, finished: make(chan struct{}), isCount: verb == "COUNT", sent: time.Now()}
+	s.last.Store(s.sent.UnixNano())
+	c.mu.Lock()
+	if c.closeErr != nil {
+		err := c.closeErr
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextSub++
+	s.id = "a" + strconv.FormatUint(c.nextSub, 36)
+	c.subs[s.id] = s
+	c.order = append(c.order, s)
+	c.mu.Unlock()
+
+	msg := make([]byte, 0, len(filter)+32)
+	msg = append(msg, `["`...)
+	msg = append(msg, verb...)
+	msg = append(msg, `","`...)
+	msg = append(msg, s.id...)
+	msg = append(msg, `",`...)
+	msg = append(msg, filter...)
+	msg = append(msg, ']')
+	if err := c.write(msg); err != nil {
+		c.finish(s, EndConnLost, err.Error())
+		c.forget(s)
+		return &s.page, nil
+	}
+	tick := time.NewTicker(min(idle/4, time.Second))
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-s.finished:
+			break wait
+		case <-ctx.Done():
+			c.forget(s)
+			_ = c.write(closeMsg(s.id))
+			return nil, ctx.Err()
+		case <-tick.C:
+			if time.Since(time.Unix(0, s.last.Load())) > idle {
+				c.finish(s, EndTimeout, "")
+				break wait
+			}
+		}
+	}
+	c.forget(s)
+	if s.page.End != EndConnLost && !s.isCount {
+		_ = c.write(closeMsg(s.id))
+	}
+	s.page.Latency = time.Since(s.sent)
+	return &s.page, nil
+}
+
+func closeMsg(id string) []byte { return []byte(`["CLOSE","` + id + `"]`) }
+
+func (c *Conn) write(msg []byte) error {
+	_ = c.ws.NetConn().SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return c.ws.WriteMessage(gws.OpcodeText, msg)
+}
+
+// finish ends s once; the page is then owned by the Req goroutine.
+func (c *Conn) finish(s *sub, end EndKind, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.finishLocked(s, end, reason)
+}
+
+func (c *Conn) finishLocked(s *sub, end EndKind, reason string) {
+	select {
+	case <-s.finished:
+		return
+	default:
+	}
+	s.page.End, s.page.Reason = end, reason
+	close(s.finished)
+}
+
+func (c *Conn) forget(s *sub) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.subs, s.id)
+	for i, o := range c.order {
+		if o == s {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// OnOpen implements gws.Event.
+func (c *Conn) OnOpen(*gws.Conn) {}
+
+// OnClose implements gws.Event: every page in flight ends as conn-lost.
+func (c *Conn) OnClose(_ *gws.Conn, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		err = errConnClosed
+	}
+	c.closeErr = fmt.Errorf("%w: %v", errConnClosed, err)
+	for _, s := range c.subs {
+		c.finishLocked(s, EndConnLost, err.Error())
+	}
+}
+
+// OnPing implements gws.Event.
+func (c *Conn) OnPing(socket *gws.Conn, payload []byte) { _ = socket.WritePong(payload) }
+
+// OnPong implements gws.Event.
+func (c *Conn) OnPong(*gws.Conn, []byte) {}
+
+// overflowFactor bounds a page: a relay that ignores limit is cut off at
+// this multiple of it, keeping what arrived.
+const overflowFactor = 4
+
+// OnMessage implements gws.Event. It runs on the read loop: scan, copy,
+// append; nothing here blocks.
+func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
+	defer msg.Close()
+	now := time.Now().UnixNano()
+	c.lastFrame.Store(now)
+	data := msg.Bytes()
+	m, err := frame.Parse(data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s *sub
+	if m.SubID != "" {
+		s = c.subs[m.SubID]
+	}
+	if s != nil {
+		s.frames++
+		s.last.Store(now)
+	}
+	switch {
+	case errors.Is(err, frame.ErrBadEvent):
+		bad := rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed"}
+		if s != nil {
+			s.page.Malformed = append(s.page.Malformed, bad)
+		} else {
+			c.orphans = append(c.orphans, bad)
+		}
+	case err != nil:
+		c.orphans = append(c.orphans, rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed"})
+	case m.Label == frame.Event:
+		if s == nil {
+			return // a late event of a subscription already closed
+		}
+		if s.limit > 0 && len(s.page.Items) >= overflowFactor*s.limit {
+			c.finishLocked(s, EndOverflow, "relay ignored limit")
+			return
+		}
+		s.page.Items = append(s.page.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
+		s.page.Bytes += len(data)
+	case m.Label == frame.EOSE:
+		if s != nil {
+			c.finishLocked(s, EndEOSE, "")
+		}
+	case m.Label == frame.Closed:
+		if s != nil {
+			c.finishLocked(s, EndClosed, m.Message)
+		}
+	case m.Label == frame.Count:
+		if s != nil {
+			s.page.Count = m.Count
+			c.finishLocked(s, EndEOSE, "")
+		}
+	case m.Label == frame.Notice:
+		// A NOTICE names no subscription. strfry refuses a REQ over its
+		// cap with only a NOTICE: pin it on the newest REQ that has heard
+		// nothing back; the idle timeout catches whatever this misses.
+		for i := len(c.order) - 1; i >= 0; i-- {
+			if o := c.order[i]; o.frames == 0 {
+				c.finishLocked(o, EndNotice, m.Message)
+				break
+			}
+		}
+	case m.Label == frame.Auth:
+		c.challenge = m.Message
+	case m.Label == frame.Unknown:
+		if c.unknown == nil {
+			c.unknown = map[string]int{}
+		}
+		if len(c.unknown) < 16 {
+			c.unknown[m.Message]++
+		}
+	}
+}
+
+// filterJSON renders a REQ filter.
+type filterJSON struct {
+	Kinds   []int    `json:"kinds,omitempty"`
+	Authors []string `json:"authors,omitempty"`
+	Since   *int64   `json:"since,omitempty"`
+	Until   *int64   `json:"until,omitempty"`
+	Limit   int      `json:"limit,omitempty"`
+}
+
+func (f filterJSON) bytes() []byte {
+	b, _ := json.Marshal(f)
+	return b
+}

@@ -1,0 +1,172 @@
+// Package crawl archives relays: it reads each relay's NIP-11 limits, pages
+// the job's created_at range newest-first with until cursors over
+// WebSocket connections, completes walls (seconds holding more events than
+// a page), and hands every page to the raw store together with the cursor
+// it advances, so a crash re-fetches at most the pages in flight.
+package crawl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nostr-archiver/archiver/rawstore"
+	"go.uber.org/zap"
+)
+
+// Options configure a Crawler. Zero values mean the defaults of
+// setDefaults.
+type Options struct {
+	Store  *rawstore.Store
+	Logger *zap.Logger
+
+	// Since and Until bound the job's created_at range (inclusive). Until
+	// 0 means "now" at the job's first run; later runs of the same open
+	// job extend it to the new "now".
+	Since, Until int64
+	Kinds        []int // optional job filter
+
+	PageLimit          int           // REQ limit; default: NIP-11 max_limit, else 500
+	MaxPageLimit       int           // ceiling on PageLimit; default 5000
+	MaxInFlightPerConn int           // REQs in flight on one connection; default 1
+	PageTimeout        time.Duration // idle time before a page is given up; default 15s
+	DialTimeout        time.Duration // default 10s
+	MaxFrame           int           // largest frame accepted; default 8 MiB
+	MaxAttempts        int           // consecutive failures of one page before giving up; default 8
+	BackoffMin         time.Duration // default 250ms
+	BackoffMax         time.Duration // default 30s
+	HTTPClient         *http.Client  // for NIP-11; default a client with a 10s timeout
+
+	// OnCommit is called after each batch is durable (e.g. to wake the
+	// verify pool). It must not block.
+	OnCommit func()
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.MaxPageLimit == 0 {
+		o.MaxPageLimit = 5000
+	}
+	if o.MaxInFlightPerConn == 0 {
+		o.MaxInFlightPerConn = 1
+	}
+	if o.PageTimeout == 0 {
+		o.PageTimeout = 15 * time.Second
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = 8 << 20
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 8
+	}
+	if o.BackoffMin == 0 {
+		o.BackoffMin = 250 * time.Millisecond
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = 30 * time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.OnCommit == nil {
+		o.OnCommit = func() {}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports the first bad option.
+func (o *Options) Validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("crawl: Store is required")
+	case o.Since < 0:
+		return fmt.Errorf("crawl: since %d < 0", o.Since)
+	case o.Until != 0 && o.Until < o.Since:
+		return fmt.Errorf("crawl: until %d before since %d", o.Until, o.Since)
+	case o.PageLimit < 0 || o.PageLimit > o.MaxPageLimit:
+		return fmt.Errorf("crawl: page limit %d outside [1,%d]", o.PageLimit, o.MaxPageLimit)
+	case o.MaxInFlightPerConn < 1:
+		return fmt.Errorf("crawl: in-flight REQs per connection %d < 1", o.MaxInFlightPerConn)
+	case o.MaxFrame < 1<<10:
+		return fmt.Errorf("crawl: max frame %d < 1 KiB", o.MaxFrame)
+	case o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
+		return fmt.Errorf("crawl: backoff [%v,%v] is not a range", o.BackoffMin, o.BackoffMax)
+	}
+	return nil
+}
+
+// Crawler archives relays.
+type Crawler struct {
+	opts Options
+}
+
+// New validates opts and returns a Crawler.
+func New(opts Options) (*Crawler, error) {
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Crawler{opts: opts}, nil
+}
+
+// Finish reasons of a relay's crawl.
+const (
+	FinishDrained         = "drained"          // every shard paged to its end, every wall completed
+	FinishIncompleteWalls = "incomplete-walls" // drained, but some second could not be completed
+	FinishAuthRequired    = "auth-required"    // the relay wants NIP-42 AUTH before it serves
+	FinishUnpageable      = "unpageable"       // the relay ignores until: newest-first paging cannot advance
+	FinishUnreachable     = "unreachable"      // could not connect
+	FinishGaveUp          = "gave-up"          // a page failed MaxAttempts times in a row
+	FinishRefused         = "refused"          // CLOSED blocked:/restricted:
+	FinishCanceled        = "canceled"         // stopped by the caller (resumes next run)
+)
+
+// Result is one relay's outcome.
+type Result struct {
+	Relay  string
+	Finish string // one of the Finish* constants
+	Detail string // the cause, for anything but drained
+}
+
+// Drained reports whether the relay was archived completely.
+func (r Result) Drained() bool { return r.Finish == FinishDrained }
+
+func (r Result) String() string {
+	if r.Detail == "" {
+		return r.Relay + ": " + r.Finish
+	}
+	return r.Relay + ": " + r.Finish + ": " + r.Detail
+}
+
+// Run crawls every relay concurrently and returns one Result per relay, in
+// the order given. One slow or hostile relay never holds up the others.
+func (c *Crawler) Run(ctx context.Context, relays []string) []Result {
+	out := make([]Result, len(relays))
+	var wg sync.WaitGroup
+	for i, raw := range relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url, err := NormalizeURL(raw)
+			if err != nil {
+				out[i] = Result{Relay: raw, Finish: FinishUnreachable, Detail: err.Error()}
+				return
+			}
+			out[i] = c.crawlRelay(ctx, url)
+		}()
+	}
+	wg.Wait()
+	return out
+}
