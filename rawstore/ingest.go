@@ -58,7 +58,7 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	defer b.Close()
 	// Copies already put in this batch: Pebble cannot read them back.
 	inBatch := make(map[[32]byte][]byte, len(in.Events))
-	var altInBatch map[string]bool
+	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var newIDs, dups int64
 	for i := range in.Events {
 		c := &in.Events[i]
@@ -102,7 +102,27 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 			}
 		}
 	}
+	malformed := 0
 	for _, m := range in.Malformed {
+		// A relay re-sends the frames of a page's boundary second on the
+		// next page; a bad frame is quarantined and counted once.
+		h := sha256.Sum256(m.Raw)
+		k := append([]byte{prefixMalformed}, h[:]...)
+		if altInBatch == nil {
+			altInBatch = map[string]bool{}
+		}
+		if altInBatch[string(k)] {
+			continue
+		}
+		altInBatch[string(k)] = true
+		if _, closer, err := s.db.Get(k); err == nil {
+			closer.Close()
+			continue
+		} else if !errors.Is(err, pebble.ErrNotFound) {
+			return res, fmt.Errorf("rawstore: lookup malformed frame: %w", err)
+		}
+		malformed++
+		_ = b.Set(k, nil, nil)
 		_ = b.Set(seqKey(prefixQuarant, s.quarSeq.Add(1)), quarantineValue(in.Relay, m.Reason, nil, m.Raw), nil)
 		_ = b.Merge(counterKey(reasonPrefix+m.Reason), delta(1), nil)
 	}
@@ -113,7 +133,7 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	if dups > 0 {
 		_ = b.Merge(counterKey(CounterDups), delta(dups), nil)
 	}
-	for name, n := range map[string]int{"new": res.New, "duplicates": res.Duplicates, "variants": res.Variants, "copies": len(in.Events), "malformed": len(in.Malformed)} {
+	for name, n := range map[string]int{"new": res.New, "duplicates": res.Duplicates, "variants": res.Variants, "copies": len(in.Events), "malformed": malformed} {
 		if n > 0 {
 			_ = b.Merge(relayCounterKey(in.Relay, name), delta(int64(n)), nil)
 		}

@@ -13,6 +13,7 @@ const (
 	prefixShard     = 'S' // S|relay|job -> crawl-owned cursor state
 	prefixRelay     = 'N' // N|relay -> crawl-owned relay record (url first)
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)
+	prefixMalformed = 'M' // M|sha256(raw) -> (empty): malformed frames already quarantined
 )
 
 const (

@@ -160,6 +160,8 @@ func TestMalformedAndReset(t *testing.T) {
 		Events:    []Copy{{id(1), []byte("good1")}, {id(2), []byte("bad2")}},
 		Malformed: []Malformed{{Raw: []byte(`["EVENT","s",{]`), Reason: "malformed"}},
 	})
+	// The same bad frame again (a page boundary re-sends it): counted once.
+	mustIngest(t, s, &Batch{Relay: r, Malformed: []Malformed{{Raw: []byte(`["EVENT","s",{]`), Reason: "malformed"}, {Raw: []byte(`["EVENT","s",{]`), Reason: "malformed"}}})
 	drain(t, s, judgeByContent)
 	st := mustStats(t, s)
 	if st.Valid != 1 || st.Invalid != 1 || st.InvalidCopies["malformed"] != 1 || st.InvalidCopies["id-mismatch"] != 1 {

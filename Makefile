@@ -1,0 +1,19 @@
+# The test command of README.md. CI (.ci/run) runs exactly `make test`.
+GO ?= go
+
+.PHONY: test build lint deps bench
+
+# deps installs what the tests need beyond Go (the npm relay of the interop test).
+deps:
+	bash .ci/install-interop.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: deps lint
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+build:
+	$(GO) build -o bin/archiver ./cmd/archiver
+	$(GO) build -o bin/testrelay ./cmd/testrelay
