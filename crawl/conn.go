@@ -391,6 +391,10 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 	switch {
 	case errors.Is(err, frame.ErrBadEvent):
 		bad := rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed"}
+		if m.SubID != "" {
+			// The same bad event re-sent on the next page is the same copy.
+			bad.Key = bytes.Replace(data, []byte(`"`+m.SubID+`"`), []byte(`""`), 1)
+		}
 		if s != nil {
 			s.page.Malformed = append(s.page.Malformed, bad)
 		} else {

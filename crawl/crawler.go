@@ -76,7 +76,11 @@ func (o *Options) setDefaults() {
 		o.BackoffMax = 30 * time.Second
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		// One request per relay per run: keeping the connection idle
+		// would only leave a goroutine behind.
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment,
+		}}
 	}
 	if o.OnCommit == nil {
 		o.OnCommit = func() {}

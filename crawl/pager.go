@@ -133,9 +133,11 @@ func (r *relayCrawl) advance(ctx context.Context, conn *Conn, s *shardState, pag
 	malformed := r.malformed(conn, page)
 
 	switch {
-	case n == 0 && newer > 0 && older == 0:
-		// Only events newer than until: the relay ignores until, so
-		// newest-first paging cannot move. Keep what came, say why.
+	case n == 0 && older == 0 && r.full(newer):
+		// A full page of events newer than until: the relay ignores
+		// until, so newest-first paging cannot move. (A few stray newer
+		// events on an otherwise empty page are just the end.) Keep what
+		// came, say why.
 		if err := r.commit(page.Items, malformed, nil); err != nil {
 			return err
 		}

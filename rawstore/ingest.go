@@ -21,6 +21,9 @@ type Copy struct {
 type Malformed struct {
 	Raw    []byte
 	Reason string
+	// Key identifies the same bad frame across subscriptions (the frame
+	// with its subscription id blanked); nil means Raw itself.
+	Key []byte
 }
 
 // Batch is what one crawl step hands the store: events, bad frames, and
@@ -106,7 +109,11 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
 		// next page; a bad frame is quarantined and counted once.
-		h := sha256.Sum256(m.Raw)
+		key := m.Key
+		if key == nil {
+			key = m.Raw
+		}
+		h := sha256.Sum256(key)
 		k := append([]byte{prefixMalformed}, h[:]...)
 		if altInBatch == nil {
 			altInBatch = map[string]bool{}

@@ -1,0 +1,192 @@
+package crawl_test
+
+import (
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+// fixtureCache keeps signed fixtures across the tests of one run (and
+// across runs, under the OS cache dir): signing dominates generation.
+func fixtureCache(t *testing.T) string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return t.TempDir()
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
+}
+
+type archive struct {
+	store *rawstore.Store
+}
+
+func openArchive(t *testing.T) *archive {
+	t.Helper()
+	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &archive{store: st}
+}
+
+func startRelay(t *testing.T, opts testrelay.Options, items []testrelay.Item) *testrelay.Relay {
+	t.Helper()
+	r, err := testrelay.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(items...)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func (a *archive) crawl(t *testing.T, opts crawl.Options, urls ...string) []crawl.Result {
+	t.Helper()
+	opts.Store = a.store
+	if opts.Logger == nil {
+		opts.Logger = zaptest.NewLogger(t)
+	}
+	if opts.BackoffMin == 0 {
+		opts.BackoffMin, opts.BackoffMax = 5*time.Millisecond, 100*time.Millisecond
+	}
+	c, err := crawl.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return c.Run(ctx, urls)
+}
+
+func (a *archive) verify(t *testing.T) rawstore.Stats {
+	t.Helper()
+	p, err := lazyparse.New(lazyparse.Options{Store: a.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.store.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// exported is the set of ids export would write.
+func (a *archive) exported(t *testing.T) map[[32]byte]bool {
+	t.Helper()
+	out := map[[32]byte]bool{}
+	if err := a.store.ForEachValid(func(id [32]byte, _ []byte) error {
+		out[id] = true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func assertExactValidSet(t *testing.T, a *archive, f *testrelay.Fixture) {
+	t.Helper()
+	got := a.exported(t)
+	missing := 0
+	for _, v := range f.Valid {
+		if !got[v.ID] {
+			if missing < 5 {
+				t.Errorf("valid event %s missing from the archive", hex.EncodeToString(v.ID[:]))
+			}
+			missing++
+		}
+		delete(got, v.ID)
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d valid events missing", missing, len(f.Valid))
+	}
+	for id := range got {
+		t.Errorf("exported %s, which is not a valid event of the relay", hex.EncodeToString(id[:]))
+	}
+}
+
+// checkLeaks registers a goroutine-leak check that runs after every other
+// cleanup of t (relays, stores) is done.
+func checkLeaks(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+func badCounts(f *testrelay.Fixture) map[string]int64 {
+	out := map[string]int64{}
+	for _, b := range f.Bad {
+		out[b.Reason]++
+	}
+	return out
+}
+
+// The acceptance test of issue 2: a relay with >= 20,000 valid events and
+// every kind of bad copy, paged with clamped limits, a wall, refusals and
+// dropped connections. The export equals the valid set exactly, and every
+// bad copy is counted with its reason.
+func TestArchiveHostileRelay(t *testing.T) {
+	checkLeaks(t)
+	n := 20000
+	if testing.Short() {
+		n = 3000
+	}
+	f, err := testrelay.Generate(testrelay.FixtureOptions{
+		Seed: 1, Events: n, Wall: 1200,
+		ForgedIDs: 40, RandomIDs: 20, BadSigs: 30, BadPubKeys: 10, Malformed: 25, MalformedFrames: 15,
+		Duplicates: 50, Lookalikes: 60, Varied: 300,
+		CacheDir: fixtureCache(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{
+		MaxLimit:        300, // clamped: the crawler asks for 500
+		SupportCount:    true,
+		ExtraOutOfRange: 2,
+		DropEvery:       7919,
+		NoticeOnlyEvery: 13,
+		SendLimitsFrame: true,
+	}, f.Items)
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{PageLimit: 500, PageTimeout: 300 * time.Millisecond}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("crawl: %v", res[0])
+	}
+	st := a.verify(t)
+	assertExactValidSet(t, a, f)
+	if st.Valid != int64(len(f.Valid)) || st.Pending != 0 {
+		t.Errorf("stats valid=%d pending=%d, want %d and 0", st.Valid, st.Pending, len(f.Valid))
+	}
+	want := badCounts(f)
+	for reason, n := range want {
+		if st.InvalidCopies[reason] != n {
+			t.Errorf("invalid copies %q = %d, want %d", reason, st.InvalidCopies[reason], n)
+		}
+	}
+	for reason, n := range st.InvalidCopies {
+		if want[reason] == 0 {
+			t.Errorf("unexpected invalid reason %q (%d copies)", reason, n)
+		}
+	}
+	rels, _ := a.store.Relays()
+	if len(rels) != 1 {
+		t.Fatalf("relays %+v", rels)
+	}
+	t.Logf("relay record: %s", rels[0].Record)
+	rs := relay.Stats()
+	t.Logf("relay stats: %+v", rs)
+}
