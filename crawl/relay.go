@@ -2,6 +2,8 @@ package crawl
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -292,6 +294,9 @@ func (p *connPool) get(ctx context.Context) (*Conn, error) {
 			return nil, ctx.Err()
 		}
 		last = err
+		if permanentDialError(err) {
+			break
+		}
 		kind := "dial-error"
 		if errors.Is(err, ErrTooManyRequests) {
 			kind = "http-429"
@@ -300,6 +305,16 @@ func (p *connPool) get(ctx context.Context) (*Conn, error) {
 		p.r.log.Warn("connect failed", zap.Int("attempt", attempt+1), zap.Error(err))
 	}
 	return nil, fmt.Errorf("%w: %v", errUnreachable, last)
+}
+
+// permanentDialError reports errors no retry can fix: the endpoint does
+// not speak TLS, or its certificate is not valid for it.
+func permanentDialError(err error) bool {
+	var rh tls.RecordHeaderError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &rh) || errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 // drop closes c if it is still the pool's connection (after a timeout or

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/testrelay"
+)
+
+// binary is the archiver built once for the process tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "archiver-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "archiver")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building archiver: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func fixture(t *testing.T, o testrelay.FixtureOptions) *testrelay.Fixture {
+	t.Helper()
+	if dir, err := os.UserCacheDir(); err == nil {
+		o.CacheDir = filepath.Join(dir, "archiver-test-fixtures")
+	}
+	f, err := testrelay.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func relay(t *testing.T, o testrelay.Options, f *testrelay.Fixture) *testrelay.Relay {
+	t.Helper()
+	r, err := testrelay.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(f.Items...)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func archiver(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	return cmd
+}
+
+// exportLines runs `archiver export` and returns its lines by id.
+func exportLines(t *testing.T, data string) map[string][]byte {
+	t.Helper()
+	var out, stderr bytes.Buffer
+	cmd := archiver("export", "--data", data)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr.String())
+	}
+	lines := map[string][]byte{}
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		e, err := event.Parse(sc.Bytes())
+		if err != nil {
+			t.Fatalf("export line does not parse: %v: %s", err, sc.Bytes())
+		}
+		lines[hex.EncodeToString(e.ID[:])] = append([]byte(nil), sc.Bytes()...)
+	}
+	return lines
+}
+
+func assertExport(t *testing.T, data string, f *testrelay.Fixture) {
+	t.Helper()
+	got := exportLines(t, data)
+	for _, v := range f.Valid {
+		id := hex.EncodeToString(v.ID[:])
+		line, ok := got[id]
+		switch {
+		case !ok:
+			t.Errorf("valid event %s not exported", id)
+		case !bytes.Equal(line, v.Line):
+			t.Errorf("event %s exported as\n%s\nwant\n%s", id, line, v.Line)
+		}
+		delete(got, id)
+	}
+	for id := range got {
+		t.Errorf("exported %s, not a valid event of the relay", id)
+	}
+}
+
+// kill -9 at random instants, again and again; the last run completes and
+// the archive holds exactly the relay's valid set.
+func TestKill9Resume(t *testing.T) {
+	f := fixture(t, testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50})
+	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 15 * time.Millisecond}, f)
+	data := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 7))
+	kills := 0
+	for i := 0; i < 6; i++ {
+		cmd := archiver("crawl", "--data", data, "--limit", "100", r.URL())
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			t.Logf("run %d finished before the kill: %v", i, err)
+		case <-time.After(time.Duration(200+rng.IntN(1200)) * time.Millisecond):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+			kills++
+		}
+	}
+	if kills == 0 {
+		t.Fatal("no run was killed: the test proves nothing")
+	}
+	cmd := archiver("crawl", "--data", data, "--limit", "100", r.URL())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("final crawl: %v\n%s", err, tail(stderr.String()))
+	}
+	t.Logf("%d kills; final run: %s", kills, tail(stderr.String()))
+	assertExport(t, data, f)
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-4):], "\n")
+}
+
+// The commands a user runs, end to end: crawl, stats, export, reprocess.
+func TestCommands(t *testing.T) {
+	f := fixture(t, testrelay.FixtureOptions{Seed: 3, Events: 1500, ForgedIDs: 6, BadSigs: 4, Malformed: 3, Wall: 900})
+	r := relay(t, testrelay.Options{MaxLimit: 200, SupportCount: true}, f)
+	data := t.TempDir()
+
+	// Bare host:port means wss://, which this relay does not speak: the
+	// crawl must fail with a reason naming the relay, not hang.
+	var stderr bytes.Buffer
+	cmd := archiver("crawl", "--data", data, "--page-timeout", "2s", strings.TrimPrefix(r.URL(), "ws://"))
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("crawl of a wss:// URL on a plain ws relay exited 0")
+	} else if !strings.Contains(stderr.String(), "wss://"+strings.TrimPrefix(r.URL(), "ws://")) {
+		t.Fatalf("failure does not name the relay:\n%s", tail(stderr.String()))
+	}
+
+	stderr.Reset()
+	cmd = archiver("crawl", "--data", data, r.URL())
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("crawl: %v\n%s", err, tail(stderr.String()))
+	}
+	if !strings.Contains(stderr.String(), r.URL()+": drained") {
+		t.Fatalf("crawl output lacks the relay's finish:\n%s", tail(stderr.String()))
+	}
+	assertExport(t, data, f)
+
+	out, err := archiver("stats", "--data", data, "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep statsReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, out)
+	}
+	if rep.Valid != int64(len(f.Valid)) || rep.Pending != 0 || rep.InvalidCopies["id-mismatch"] != 6 || rep.InvalidCopies["bad-sig"] != 4 {
+		t.Fatalf("stats: %s", out)
+	}
+	var rel *relayReport
+	for i := range rep.Relays {
+		if rep.Relays[i].URL == r.URL() {
+			rel = &rep.Relays[i]
+		}
+	}
+	if rel == nil || rel.Finish != "drained" || rel.Pages == 0 || len(rel.Walls) != 1 || !rel.Walls[0].Complete {
+		t.Fatalf("relay stats: %s", out)
+	}
+
+	// reprocess --all forgets every verdict and reaches the same ones.
+	if out, err := archiver("reprocess", "--data", data, "--all").CombinedOutput(); err != nil {
+		t.Fatalf("reprocess: %v\n%s", err, out)
+	}
+	out2, _ := archiver("stats", "--data", data, "--json").Output()
+	var rep2 statsReport
+	_ = json.Unmarshal(out2, &rep2)
+	if rep2.Valid != rep.Valid || rep2.Invalid != rep.Invalid || rep2.Pending != 0 {
+		t.Fatalf("after reprocess --all: valid %d invalid %d pending %d; before %d %d", rep2.Valid, rep2.Invalid, rep2.Pending, rep.Valid, rep.Invalid)
+	}
+
+	// Unknown flags and commands are usage errors (exit 2).
+	for _, args := range [][]string{{"crawl", "--bogus", r.URL()}, {"frobnicate"}, {"crawl"}, {"crawl", "--since", "yesterday-ish", r.URL()}} {
+		err := archiver(args...).Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("archiver %v: %v, want exit 2", args, err)
+		}
+	}
+}
