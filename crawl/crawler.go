@@ -9,6 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/nip11"
+	"golang.org/x/sync/semaphore"
 	"net/http"
 	"sync"
 	"time"
@@ -29,16 +32,22 @@ type Options struct {
 	Since, Until int64
 	Kinds        []int // optional job filter
 
-	PageLimit          int           // REQ limit; default: NIP-11 max_limit, else 500
-	MaxPageLimit       int           // ceiling on PageLimit; default 5000
-	MaxInFlightPerConn int           // REQs in flight on one connection; default 1
-	PageTimeout        time.Duration // idle time before a page is given up; default 15s
-	DialTimeout        time.Duration // default 10s
-	MaxFrame           int           // largest frame accepted; default 8 MiB
-	MaxAttempts        int           // consecutive failures of one page before giving up; default 8
-	BackoffMin         time.Duration // default 250ms
-	BackoffMax         time.Duration // default 30s
-	HTTPClient         *http.Client  // for NIP-11; default a client with a 10s timeout
+	PageLimit          int // REQ limit; default: NIP-11 max_limit, else 500
+	MaxPageLimit       int // ceiling on PageLimit; default 5000
+	MaxConns           int // connections across all relays; default 64
+	MaxConnsPerRelay   int // default 4
+	MaxInFlightPerConn int // REQs in flight on one connection; default 8
+	// StartConns x StartInFlight is where each relay's controller starts
+	// before it learns what the relay sustains; default 1 x 2.
+	StartConns, StartInFlight int
+	Shards                    int           // initial shards of a job; default 32
+	PageTimeout               time.Duration // idle time before a page is given up; default 15s
+	DialTimeout               time.Duration // default 10s
+	MaxFrame                  int           // largest frame accepted; default 8 MiB
+	MaxAttempts               int           // consecutive failures of one page before giving up; default 8
+	BackoffMin                time.Duration // default 250ms
+	BackoffMax                time.Duration // default 30s
+	HTTPClient                *http.Client  // for NIP-11; default a client with a 10s timeout
 
 	// OnCommit is called after each batch is durable (e.g. to wake the
 	// verify pool). It must not block.
@@ -54,8 +63,23 @@ func (o *Options) setDefaults() {
 	if o.MaxPageLimit == 0 {
 		o.MaxPageLimit = 5000
 	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 64
+	}
+	if o.MaxConnsPerRelay == 0 {
+		o.MaxConnsPerRelay = 4
+	}
 	if o.MaxInFlightPerConn == 0 {
-		o.MaxInFlightPerConn = 1
+		o.MaxInFlightPerConn = 8
+	}
+	if o.StartConns == 0 {
+		o.StartConns = 1
+	}
+	if o.StartInFlight == 0 {
+		o.StartInFlight = 2
+	}
+	if o.Shards == 0 {
+		o.Shards = 32
 	}
 	if o.PageTimeout == 0 {
 		o.PageTimeout = 15 * time.Second
@@ -103,6 +127,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("crawl: page limit %d outside [1,%d]", o.PageLimit, o.MaxPageLimit)
 	case o.MaxInFlightPerConn < 1:
 		return fmt.Errorf("crawl: in-flight REQs per connection %d < 1", o.MaxInFlightPerConn)
+	case o.MaxConnsPerRelay < 1 || o.MaxConns < 1:
+		return fmt.Errorf("crawl: connection caps %d per relay, %d total: want >= 1", o.MaxConnsPerRelay, o.MaxConns)
+	case o.Shards < 1:
+		return fmt.Errorf("crawl: shards %d < 1", o.Shards)
 	case o.MaxFrame < 1<<10:
 		return fmt.Errorf("crawl: max frame %d < 1 KiB", o.MaxFrame)
 	case o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
@@ -113,7 +141,8 @@ func (o *Options) Validate() error {
 
 // Crawler archives relays.
 type Crawler struct {
-	opts Options
+	opts  Options
+	conns *semaphore.Weighted // MaxConns across relays
 }
 
 // New validates opts and returns a Crawler.
@@ -122,7 +151,46 @@ func New(opts Options) (*Crawler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Crawler{opts: opts}, nil
+	return &Crawler{opts: opts, conns: semaphore.NewWeighted(int64(opts.MaxConns))}, nil
+}
+
+// acquireConn takes one of the MaxConns connection slots. A relay's first
+// connection waits for one; extra connections only take a free one, so
+// that one relay cannot starve the others.
+func (c *Crawler) acquireConn(ctx context.Context, first bool) error {
+	if first {
+		return c.conns.Acquire(ctx, 1)
+	}
+	if !c.conns.TryAcquire(1) {
+		return errors.New("total connection cap reached")
+	}
+	return nil
+}
+
+func (c *Crawler) releaseConn() { c.conns.Release(1) }
+
+// newController builds a relay's concurrency controller from the user's
+// caps and the relay's NIP-11 priors; its decisions are logged.
+func (c *Crawler) newController(doc *nip11.Document, r *relayCrawl) (*adaptive.Controller, error) {
+	cfg := adaptive.DefaultConfig()
+	cfg.MaxConns, cfg.MaxInflightPerConn = c.opts.MaxConnsPerRelay, c.opts.MaxInFlightPerConn
+	cfg.StartConns, cfg.StartInflightPerConn = min(c.opts.StartConns, cfg.MaxConns), min(c.opts.StartInFlight, cfg.MaxInflightPerConn)
+	cfg.PageLimit = r.limit
+	if doc != nil {
+		// One subscription stays free for wall sub-queries and COUNT.
+		if n := doc.Limitation.MaxSubscriptions; n > 0 {
+			cfg.MaxSubscriptions = max(1, n-1)
+		}
+		cfg.MaxLimit = doc.Limitation.MaxLimit
+	}
+	cfg.OnChange = func(ch adaptive.Change) {
+		r.log.Info("concurrency", zap.String("change", ch.String()), zap.Int("conns", ch.Conns), zap.Int("inflight_per_conn", ch.Inflight))
+	}
+	ctrl, err := adaptive.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("controller for %s: %w", r.url, err)
+	}
+	return ctrl, nil
 }
 
 // Finish reasons of a relay's crawl.

@@ -3,8 +3,11 @@ package crawl_test
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +192,92 @@ func TestArchiveHostileRelay(t *testing.T) {
 	t.Logf("relay record: %s", rels[0].Record)
 	rs := relay.Stats()
 	t.Logf("relay stats: %+v", rs)
+}
+
+// Each way a relay refuses or bends paging ends in the right finish
+// reason, and what it did serve is kept.
+func TestFinishReasons(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 2, Events: 1500, UnsplittableWall: 700, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		relay  testrelay.Options
+		finish string
+		detail string
+	}{
+		{"auth required", testrelay.Options{AuthRequired: true}, crawl.FinishAuthRequired, "auth-required:"},
+		{"auth required, strfry form", testrelay.Options{AuthRequired: true, ErrorPrefix: true}, crawl.FinishAuthRequired, "ERROR: auth-required:"},
+		{"ignores until", testrelay.Options{IgnoreUntil: true, MaxLimit: 200}, crawl.FinishUnpageable, "ignores until"},
+		{"unsplittable wall", testrelay.Options{MaxLimit: 300, SupportCount: true}, crawl.FinishIncompleteWalls, fmt.Sprint(f.UnsplittableAt)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relay := startRelay(t, tc.relay, f.Items)
+			a := openArchive(t)
+			res := a.crawl(t, crawl.Options{PageTimeout: time.Second}, relay.URL())
+			if res[0].Finish != tc.finish || !strings.Contains(res[0].Detail, tc.detail) {
+				t.Fatalf("result %v, want %s containing %q", res[0], tc.finish, tc.detail)
+			}
+			rels, _ := a.store.Relays()
+			var rec crawl.RelayRecord
+			if err := json.Unmarshal(rels[0].Record, &rec); err != nil || rec.Finish != tc.finish {
+				t.Fatalf("stored record %s (%v)", rels[0].Record, err)
+			}
+			if tc.finish == crawl.FinishIncompleteWalls {
+				// Everything but the unsplittable second is archived, and
+				// the report says which second and what COUNT said.
+				a.verify(t)
+				got := a.exported(t)
+				if len(got) < len(f.Valid)-f.UnsplittableSize {
+					t.Fatalf("archived %d of %d valid events", len(got), len(f.Valid))
+				}
+				if len(rec.Walls) == 0 || rec.Walls[len(rec.Walls)-1].Complete || rec.Walls[len(rec.Walls)-1].Count != int64(f.UnsplittableSize) {
+					t.Fatalf("wall report %+v", rec.Walls)
+				}
+			}
+		})
+	}
+}
+
+// Rate limits, strfry's NOTICE-only subscription cap, dropped connections
+// and per-IP connection caps slow the crawl down but lose nothing, and
+// each is seen for what it is.
+func TestRefusalsLoseNothing(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 4, Events: 3000, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		relay   testrelay.Options
+		refusal string
+	}{
+		{"rate limit", testrelay.Options{RateLimit: 30, RateBurst: 3, ErrorPrefix: true}, "rate-limited"},
+		{"subscription cap", testrelay.Options{MaxSubsPerConn: 1}, "notice"},
+		{"connection cap", testrelay.Options{MaxConnsPerIP: 1}, "http-429"},
+		{"dropped connections", testrelay.Options{DropEvery: 700}, "conn-lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.relay.MaxLimit = 250
+			tc.relay.NoInfo = true // no NIP-11 prior: the caps must be learned from refusals
+			relay := startRelay(t, tc.relay, f.Items)
+			a := openArchive(t)
+			res := a.crawl(t, crawl.Options{PageTimeout: 500 * time.Millisecond, StartConns: 2, StartInFlight: 2}, relay.URL())
+			if !res[0].Drained() {
+				t.Fatalf("crawl: %v", res[0])
+			}
+			a.verify(t)
+			assertExactValidSet(t, a, f)
+			rels, _ := a.store.Relays()
+			var rec crawl.RelayRecord
+			_ = json.Unmarshal(rels[0].Record, &rec)
+			if rec.Refusals[tc.refusal] == 0 {
+				t.Errorf("%s refusals not recorded: %+v", tc.refusal, rec.Refusals)
+			}
+			t.Logf("record: %s", rels[0].Record)
+		})
+	}
 }

@@ -3,50 +3,39 @@ package crawl
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/nostr-archiver/archiver/rawstore"
 	"strconv"
+
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/shard"
 )
 
 // A job is one created_at range of one relay, split into shards. Its
 // state lives in the raw store under keys derived from the range as the
-// user gave it, so running the same command again resumes it.
+// user gave it, so running the same command again resumes it: the job
+// meta at key, each shard of generation g at key/g<g>/<shard id>.
 type jobState struct {
-	key    string
-	meta   jobMeta
-	shards []*shardState
+	key  string
+	meta jobMeta
 }
 
 type jobMeta struct {
-	Since  int64    `json:"since"`
-	Until  int64    `json:"until"` // resolved: "now" at the first run of an open job
-	Open   bool     `json:"open"`  // until was "now": a finished job extends on the next run
-	Gen    int      `json:"gen"`
-	Shards []string `json:"shards"`
-	Done   bool     `json:"done"`
+	Since int64 `json:"since"`
+	Until int64 `json:"until"` // resolved: "now" at the first run of an open job
+	Open  bool  `json:"open"`  // until was "now": a finished job extends on the next run
+	Gen   int   `json:"gen"`
+	Done  bool  `json:"done"`
 }
 
-// shardState is one shard's cursor: the next page asks for
-// [Since, Cursor]; the shard is done when nothing remains.
-type shardState struct {
-	key    string
-	ID     string `json:"id"`
-	Since  int64  `json:"since"`
-	Until  int64  `json:"until"`
-	Cursor int64  `json:"cursor"`
-	Done   bool   `json:"done"`
-}
-
-func (s *shardState) encode() []byte {
-	b, _ := json.Marshal(s)
-	return b
-}
+func (j *jobState) shardPrefix() string { return j.key + "/g" + strconv.Itoa(j.meta.Gen) + "/" }
 
 // openOverlap is how far back an extension of an open job starts before
 // the previous run's end, for events that arrived late with an older
 // created_at.
 const openOverlap = 600
 
-func (r *relayCrawl) loadJob() (*jobState, error) {
+// loadJob resumes the job of the crawl's options, or plans it. It returns
+// the shard queue of its current generation.
+func (r *relayCrawl) loadJob() (*jobState, []shard.Shard, error) {
 	o := r.c.opts
 	spec := "now"
 	if o.Until != 0 {
@@ -55,7 +44,7 @@ func (r *relayCrawl) loadJob() (*jobState, error) {
 	j := &jobState{key: fmt.Sprintf("job/%d/%s", o.Since, spec)}
 	raw, err := o.Store.Shard(r.idx, j.key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := o.Now().Unix()
 	if raw == nil {
@@ -63,57 +52,63 @@ func (r *relayCrawl) loadJob() (*jobState, error) {
 		if j.meta.Open {
 			j.meta.Until = max(now, o.Since)
 		}
-		return j, r.plan(j, j.meta.Since, j.meta.Until)
+		shards, err := r.plan(j, j.meta.Since, j.meta.Until)
+		return j, shards, err
 	}
 	if err := json.Unmarshal(raw, &j.meta); err != nil {
-		return nil, fmt.Errorf("job state %s of %s: %w", j.key, r.url, err)
+		return nil, nil, fmt.Errorf("job state %s of %s: %w", j.key, r.url, err)
 	}
 	if j.meta.Done && j.meta.Open && now > j.meta.Until {
 		// Extend a finished open job to the new "now".
 		from := max(j.meta.Since, j.meta.Until-openOverlap)
-		j.meta.Until, j.meta.Done, j.meta.Shards = now, false, nil
+		j.meta.Until, j.meta.Done = now, false
 		j.meta.Gen++
-		return j, r.plan(j, from, now)
+		shards, err := r.plan(j, from, now)
+		return j, shards, err
 	}
-	for _, id := range j.meta.Shards {
-		raw, err := o.Store.Shard(r.idx, j.key+"/"+id)
-		if err != nil {
-			return nil, err
-		}
-		s := &shardState{key: j.key + "/" + id}
-		if raw == nil {
-			return nil, fmt.Errorf("job %s of %s: shard %s missing", j.key, r.url, id)
-		}
-		if err := json.Unmarshal(raw, s); err != nil {
-			return nil, fmt.Errorf("shard %s of %s: %w", s.key, r.url, err)
-		}
-		j.shards = append(j.shards, s)
+	states, err := o.Store.ShardsWithPrefix(r.idx, j.shardPrefix())
+	if err != nil {
+		return nil, nil, err
 	}
-	return j, nil
+	var shards []shard.Shard
+	for id, raw := range states {
+		var s shard.Shard
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, nil, fmt.Errorf("shard %s of %s: %w", j.shardPrefix()+id, r.url, err)
+		}
+		shards = append(shards, s)
+	}
+	if len(shards) == 0 {
+		return nil, nil, fmt.Errorf("job %s of %s has no shards", j.key, r.url)
+	}
+	return j, shards, nil
 }
 
-// plan creates the shards of [since, until] and persists them with the
-// job meta in one batch.
-func (r *relayCrawl) plan(j *jobState, since, until int64) error {
-	s := &shardState{ID: fmt.Sprintf("g%d.0", j.meta.Gen), Since: since, Until: until, Cursor: until}
-	s.key = j.key + "/" + s.ID
-	j.shards = append(j.shards, s)
-	j.meta.Shards = append(j.meta.Shards, s.ID)
-	return r.saveJob(j)
-}
-
-func (r *relayCrawl) saveJob(j *jobState) error {
-	shards := map[string][]byte{}
-	meta, _ := json.Marshal(&j.meta)
-	shards[j.key] = meta
-	for _, s := range j.shards {
-		shards[s.key] = s.encode()
+// plan splits [since, until] into shards and persists them with the job
+// meta in one batch. Without information on where the events are, the
+// plan is even in time; the density learned from pages then sizes the
+// steals that rebalance it.
+func (r *relayCrawl) plan(j *jobState, since, until int64) ([]shard.Shard, error) {
+	shards, err := shard.Plan(since, until, r.c.opts.Shards, shard.Uniform{})
+	if err != nil {
+		return nil, fmt.Errorf("plan %s of %s: %w", j.key, r.url, err)
 	}
-	_, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: shards})
-	return err
+	states := map[string][]byte{j.key: j.encode()}
+	for _, s := range shards {
+		states[j.shardPrefix()+s.ID] = encodeShard(s)
+	}
+	if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: states}); err != nil {
+		return nil, err
+	}
+	return shards, nil
 }
 
-func (r *relayCrawl) finishJob(j *jobState) error {
-	j.meta.Done = true
-	return r.saveJob(j)
+func (j *jobState) encode() []byte {
+	b, _ := json.Marshal(&j.meta)
+	return b
+}
+
+func encodeShard(s shard.Shard) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }

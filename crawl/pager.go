@@ -4,64 +4,87 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nostr-archiver/archiver/rawstore"
 
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
 
-// pageShard pages s newest-first until it is done, the relay's crawl
-// ends, or ctx is cancelled. Every page is committed with the cursor it
-// advances; a failed page is retried from the same cursor, never taken for
-// the end of the shard.
-func (r *relayCrawl) pageShard(ctx context.Context, job *jobState, s *shardState) {
-	log := r.log.With(zap.String("shard", s.key))
-	failures := 0
-	for !s.Done && ctx.Err() == nil {
-		page, conn, err := r.fetch(ctx, r.filter(s.Since, s.Cursor, nil, nil))
-		if err != nil {
-			return
+// work pages shard s newest-first until it is done, the controller wants
+// fewer REQs in flight (then it reports yielded, having already left the
+// running count), the relay's crawl ends, or ctx is cancelled. Every page
+// is committed with the cursor it advances; a failed page is retried from
+// the same cursor, never taken for the end of the shard.
+func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
+	failures, slowdowns := 0, 0
+	for !s.Done() && ctx.Err() == nil {
+		if r.yield() {
+			r.release(s)
+			return true
 		}
-		if !r.usable(ctx, conn, page, &failures, fmt.Sprintf("shard %s page until=%d", s.ID, s.Cursor)) {
+		page, pc, err := r.fetch(ctx, r.filter(s.Since, s.Cursor, nil, nil))
+		if err != nil {
+			r.release(s)
+			return false
+		}
+		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("shard %s page until=%d", s.ID, s.Cursor)) {
 			// Keep whatever arrived before the failure; the cursor stays.
-			if err := r.commit(page.Items, r.malformed(conn, page), nil); err != nil {
+			if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
 				r.fail(FinishGaveUp, "store: "+err.Error())
 			}
 			continue
 		}
-		failures = 0
-		if err := r.advance(ctx, conn, s, page); err != nil {
+		failures, slowdowns = 0, 0
+		next, err := r.advance(ctx, pc, s, page)
+		if err != nil {
 			if ctx.Err() == nil {
 				r.fail(FinishGaveUp, fmt.Sprintf("shard %s: %v", s.ID, err))
 			}
-			return
+			return false
 		}
-		log.Debug("page", zap.Int("events", len(page.Items)), zap.Int64("cursor", s.Cursor), zap.Duration("latency", page.Latency))
+		r.log.Debug("page", zap.String("shard", s.ID), zap.Int("events", len(page.Items)),
+			zap.Int64("cursor", next.Cursor), zap.Duration("latency", page.Latency))
+		s = next
 	}
+	if !s.Done() {
+		r.release(s)
+	}
+	return false
 }
 
-// fetch sends one REQ on the relay's connection.
-func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *Conn, error) {
-	conn, err := r.conns.get(ctx)
+// release hands an unfinished shard back to the queue.
+func (r *relayCrawl) release(s shard.Shard) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = r.queue.Release(s.ID)
+}
+
+// fetch sends one REQ on a pooled connection.
+func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn, error) {
+	pc, err := r.conns.acquire(ctx)
 	if err != nil {
 		if errors.Is(err, errUnreachable) {
 			r.fail(FinishUnreachable, err.Error())
 		}
 		return nil, nil, err
 	}
-	page, err := conn.Req(ctx, filter, r.limit, r.c.opts.PageTimeout)
+	page, err := pc.c.Req(ctx, filter, r.limit, r.c.opts.PageTimeout)
+	r.conns.release(pc)
 	if err != nil {
 		return nil, nil, err
 	}
 	r.mu.Lock()
 	r.rec.Pages++
 	r.mu.Unlock()
-	return page, conn, nil
+	return page, pc, nil
 }
 
 // usable reports whether page can advance a cursor. For a page that
-// cannot, it records the refusal, backs off, and ends the relay's crawl
-// when the refusal is final or the page failed too often.
-func (r *relayCrawl) usable(ctx context.Context, conn *Conn, page *Page, failures *int, what string) bool {
+// cannot, it records the refusal (and tells the controller), backs off,
+// and ends the relay's crawl when the refusal is final or the page failed
+// too often.
+func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failures, slowdowns *int, what string) bool {
 	switch page.End {
 	case EndEOSE, EndOverflow:
 		return true
@@ -75,26 +98,28 @@ func (r *relayCrawl) usable(ctx context.Context, conn *Conn, page *Page, failure
 			r.fail(FinishRefused, page.Reason)
 			return false
 		case actBackoff:
-			r.refusal("rate-limited")
-			*failures++
+			// The relay asked us to slow down: that is not a failure of
+			// the page, so it does not count toward giving up; the
+			// controller lowers concurrency and the wait grows.
+			r.refusal("rate-limited", adaptive.RateLimited)
+			*slowdowns++
+			_ = r.backoff(ctx, 2+min(*slowdowns, 8))
+			return false
 		default:
-			r.refusal("closed:" + prefix)
-			*failures++
+			r.refusal("closed:"+prefix, adaptive.ClosedError)
 		}
 	case EndNotice:
-		r.refusal("notice")
-		*failures++
+		r.refusal("notice", adaptive.TooManyREQs)
 	case EndTimeout:
-		r.refusal("timeout")
-		*failures++
-		if *failures >= 2 {
-			r.conns.drop(conn) // a silent connection may be dead: redial
+		r.refusal("timeout", adaptive.Timeout)
+		if *failures >= 1 {
+			r.conns.drop(pc) // a silent connection may be dead: redial
 		}
 	case EndConnLost:
-		r.refusal("conn-lost")
-		r.conns.drop(conn)
-		*failures++
+		r.refusal("conn-lost", adaptive.Dropped)
+		r.conns.drop(pc)
 	}
+	*failures++
 	r.log.Info("page failed; retrying", zap.String("what", what), zap.Stringer("end", page.End),
 		zap.String("reason", page.Reason), zap.Int("attempt", *failures))
 	if *failures >= r.c.opts.MaxAttempts {
@@ -105,12 +130,13 @@ func (r *relayCrawl) usable(ctx context.Context, conn *Conn, page *Page, failure
 	return false
 }
 
-func (r *relayCrawl) malformed(conn *Conn, page *Page) []rawstore.Malformed {
-	return append(page.Malformed, conn.TakeOrphans()...)
+func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
+	return append(page.Malformed, pc.c.TakeOrphans()...)
 }
 
-// advance moves s's cursor past page and commits both.
-func (r *relayCrawl) advance(ctx context.Context, conn *Conn, s *shardState, page *Page) error {
+// advance moves s's cursor past page and commits both; it returns the
+// shard as the queue now has it (a steal may have raised its Since).
+func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, page *Page) (shard.Shard, error) {
 	var n, newer, older int
 	oldest := s.Cursor + 1
 	for _, it := range page.Items {
@@ -124,49 +150,58 @@ func (r *relayCrawl) advance(ctx context.Context, conn *Conn, s *shardState, pag
 			oldest = min(oldest, it.CreatedAt)
 		}
 	}
+	malformed := r.malformed(pc, page)
+	full := r.full(n)
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
 	if page.End == EndEOSE && n > r.rec.EffectiveLimit {
 		r.rec.EffectiveLimit = n
 	}
-	r.mu.Unlock()
-	malformed := r.malformed(conn, page)
-
+	r.ctrl.PageDone(r.c.opts.Now(), len(page.Items), page.Bytes, page.Latency)
 	switch {
-	case n == 0 && older == 0 && r.full(newer):
-		// A full page of events newer than until: the relay ignores
-		// until, so newest-first paging cannot move. (A few stray newer
-		// events on an otherwise empty page are just the end.) Keep what
-		// came, say why.
-		if err := r.commit(page.Items, malformed, nil); err != nil {
-			return err
+	case n == 0:
+		r.density.ObservePage(s.Since, s.Cursor, 0)
+	case full:
+		r.ctrl.PageSize(n)
+		r.density.ObservePage(oldest, s.Cursor, n)
+	default:
+		r.density.ObservePage(s.Since, s.Cursor, n)
+	}
+	r.mu.Unlock()
+
+	cursor := s.Cursor
+	switch {
+	case n == 0 && older == 0 && r.substantial(newer):
+		// A page of events newer than until, at least half a page: the
+		// relay ignores until, so newest-first paging cannot move. (A few
+		// stray newer events on an otherwise empty page are just the end.)
+		// Keep what came, say why.
+		if _, err := r.commit(page.Items, malformed, nil); err != nil {
+			return s, err
 		}
 		r.fail(FinishUnpageable, fmt.Sprintf("asked until=%d, got %d newer events and none in range: the relay ignores until", s.Cursor, newer))
-		return nil
+		return s, nil
 	case n == 0:
-		s.Done = true // a page with nothing in range is the end
+		cursor = s.Since - 1 // a page with nothing in range is the end
 	case oldest < s.Cursor:
 		// Next page repeats the oldest second (inclusive until): the
 		// relay may have cut the page inside it. Ids dedup the overlap.
-		s.Cursor = oldest
+		cursor = oldest
 	default:
 		// Every event is at the cursor second. If the page was full, that
 		// second may hold more than a page: a wall.
-		if r.full(n) {
-			if err := r.commit(page.Items, malformed, nil); err != nil {
-				return err
+		if full {
+			if _, err := r.commit(page.Items, malformed, nil); err != nil {
+				return s, err
 			}
 			page.Items, malformed = nil, nil
 			if err := r.completeWall(ctx, s.Cursor); err != nil {
-				return err
+				return s, err
 			}
 		}
-		s.Cursor--
+		cursor = s.Cursor - 1
 	}
-	if s.Cursor < s.Since {
-		s.Done = true
-	}
-	return r.commit(page.Items, malformed, s)
+	return r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
 }
 
 // full reports whether a page of n in-range events may have been cut by
@@ -177,6 +212,18 @@ func (r *relayCrawl) full(n int) bool {
 	defer r.mu.Unlock()
 	eff := r.rec.EffectiveLimit
 	return eff == 0 || n >= eff || n >= r.limit
+}
+
+// substantial reports whether n events are at least half of what the
+// relay puts in a page.
+func (r *relayCrawl) substantial(n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	page := r.limit
+	if eff := r.rec.EffectiveLimit; eff > 0 {
+		page = min(page, eff)
+	}
+	return n > 0 && 2*n >= page
 }
 
 // filter renders a REQ filter for [since, until] with the job's kinds

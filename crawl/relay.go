@@ -2,11 +2,11 @@ package crawl
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/shard"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -51,11 +51,17 @@ type relayCrawl struct {
 	log   *zap.Logger
 	limit int // requested page limit
 	count bool
-
 	conns *connPool
 
-	mu  sync.Mutex // guards rec, finish; serializes commits
-	rec RelayRecord
+	mu      sync.Mutex // guards everything below; serializes commits
+	rec     RelayRecord
+	job     *jobState
+	queue   *shard.Queue
+	density *shard.Density
+	ctrl    *adaptive.Controller
+	running int // shards being paged
+	// workerDone wakes the scheduler when a worker stops.
+	workerDone chan struct{}
 
 	finishOnce sync.Once
 	finish     Result
@@ -70,7 +76,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel}
+	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{}, workerDone: make(chan struct{}, 1)}
 	if err := r.loadRecord(); err != nil {
 		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
@@ -85,48 +91,114 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	r.limit = c.pageLimit(doc)
 	r.rec.RequestedLimit = r.limit
+	if r.ctrl, err = c.newController(doc, r); err != nil {
+		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
+	}
 	r.conns = newConnPool(r)
 	defer r.conns.close()
 
-	job, err := r.loadJob()
+	job, shards, err := r.loadJob()
+	if err == nil {
+		r.job = job
+		r.queue, err = shard.NewQueue(shards, r.density, float64(r.limit))
+	}
 	if err != nil {
 		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
 	log.Info("crawl starting", zap.Int64("since", job.meta.Since), zap.Int64("until", job.meta.Until),
-		zap.Int("shards", len(job.shards)), zap.Int("limit", r.limit))
+		zap.Int("shards", len(shards)), zap.Int("limit", r.limit))
+	r.schedule(ctx)
 
-	var wg sync.WaitGroup
-	next := make(chan *shardState, len(job.shards))
-	for _, s := range job.shards {
-		if !s.Done {
-			next <- s
-		}
-	}
-	close(next)
-	for range c.opts.MaxInFlightPerConn {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range next {
-				if ctx.Err() != nil {
-					return
-				}
-				r.pageShard(ctx, job, s)
-			}
-		}()
-	}
-	wg.Wait()
-
-	res := r.result(ctx, job)
+	res := r.result(ctx)
 	r.mu.Lock()
 	r.rec.Finish, r.rec.FinishDetail, r.rec.FinishedAt = res.Finish, res.Detail, c.opts.Now().Unix()
 	r.rec.UnknownLabels = r.conns.unknownLabels()
 	r.mu.Unlock()
-	if err := r.commit(nil, nil, nil); err != nil {
+	if _, err := r.commit(nil, nil, nil); err != nil {
 		log.Error("could not record finish", zap.Error(err))
 	}
 	log.Info("crawl finished", zap.String("finish", res.Finish), zap.String("detail", res.Detail))
 	return res
+}
+
+// schedule runs shard workers, as many as the controller's target allows
+// (connections x in-flight REQs), handing each a shard from the queue
+// (which splits the largest running shard when none is pending), until
+// the queue is drained, the crawl fails, or ctx ends.
+func (r *relayCrawl) schedule(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		conns, inflight := r.ctrl.Target()
+		for r.running < conns*inflight {
+			s, ok := r.queue.Next()
+			if !ok {
+				break
+			}
+			// A steal changed two shards: persist every shard's state.
+			if err := r.persistShardsLocked(); err != nil {
+				r.mu.Unlock()
+				r.fail(FinishGaveUp, "store: "+err.Error())
+				return
+			}
+			r.running++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !r.work(ctx, s) {
+					r.mu.Lock()
+					r.running--
+					r.mu.Unlock()
+				}
+				select {
+				case r.workerDone <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		idle := r.running == 0
+		r.mu.Unlock()
+		if idle {
+			return // nothing running and nothing to hand out: drained
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.workerDone:
+		case <-time.After(500 * time.Millisecond): // the target may have grown
+		}
+	}
+}
+
+// target is the controller's current connection and per-connection
+// in-flight target.
+func (r *relayCrawl) target() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ctrl.Target()
+}
+
+// yield reports whether a worker should hand its shard back because the
+// controller lowered the target below the number running; a worker told
+// to yield has left the running count.
+func (r *relayCrawl) yield() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	conns, inflight := r.ctrl.Target()
+	if r.running > conns*inflight {
+		r.running-- // now, so that only the surplus yields
+		return true
+	}
+	return false
+}
+
+func (r *relayCrawl) persistShardsLocked() error {
+	states := map[string][]byte{}
+	for _, s := range r.queue.Shards() {
+		states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+	}
+	_, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: states})
+	return err
 }
 
 func (c *Crawler) pageLimit(doc *nip11.Document) int {
@@ -140,23 +212,22 @@ func (c *Crawler) pageLimit(doc *nip11.Document) int {
 }
 
 // result decides the relay's finish reason once every worker stopped.
-func (r *relayCrawl) result(ctx context.Context, job *jobState) Result {
+func (r *relayCrawl) result(ctx context.Context) Result {
 	if res, ok := r.finished(); ok {
 		return res
 	}
 	if ctx.Err() != nil {
 		return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
 	}
-	for _, s := range job.shards {
-		if !s.Done {
-			return Result{Relay: r.url, Finish: FinishGaveUp, Detail: fmt.Sprintf("shard %s not finished", s.ID)}
-		}
-	}
-	if err := r.finishJob(job); err != nil {
-		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.queue.Done() {
+		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: "shards left unfinished"}
+	}
+	r.job.meta.Done = true
+	if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: map[string][]byte{r.job.key: r.job.encode()}}); err != nil {
+		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
+	}
 	var incomplete []int64
 	for _, w := range r.rec.Walls {
 		if !w.Complete {
@@ -201,18 +272,33 @@ func (r *relayCrawl) loadRecord() error {
 	return nil
 }
 
-func (r *relayCrawl) refusal(kind string) {
+// refusal counts a refused or failed page and tells the controller.
+func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.rec.Refusals == nil {
 		r.rec.Refusals = map[string]int64{}
 	}
 	r.rec.Refusals[kind]++
+	if signal != 0 {
+		r.ctrl.Refused(r.c.opts.Now(), signal)
+	}
 }
 
-// commit stores items and malformed copies with the shard's new state and
-// the relay record in one atomic batch.
-func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, shard *shardState) error {
+// refusedDial records a failed connection attempt.
+func (r *relayCrawl) refusedDial(err error) {
+	if errors.Is(err, ErrTooManyRequests) {
+		r.refusal("http-429", adaptive.HTTP429)
+	} else {
+		r.refusal("dial-error", 0)
+	}
+}
+
+// commit stores items and malformed copies in one atomic batch with the
+// relay record and, if advance is set, the shard's new cursor (applied to
+// the queue under the same lock, so states reach disk in queue order). It
+// returns the shard as it now stands.
+func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
@@ -222,19 +308,29 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, shard 
 			b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
 		}
 	}
-	if shard != nil {
-		b.Shards = map[string][]byte{shard.key: shard.encode()}
+	var s shard.Shard
+	if advance != nil {
+		var err error
+		if s, err = r.queue.Advance(advance.id, advance.cursor); err != nil {
+			return s, err
+		}
+		b.Shards = map[string][]byte{r.job.shardPrefix() + s.ID: encodeShard(s)}
 	}
 	rec, err := json.Marshal(&r.rec)
 	if err != nil {
-		return err
+		return s, err
 	}
 	b.RelayRecord = rec
 	if _, err := r.c.opts.Store.Ingest(b); err != nil {
-		return err
+		return s, err
 	}
 	r.c.opts.OnCommit()
-	return nil
+	return s, nil
+}
+
+type shardAdvance struct {
+	id     string
+	cursor int64
 }
 
 // backoff sleeps for the attempt-th retry: exponential with full jitter.
@@ -249,122 +345,5 @@ func (r *relayCrawl) backoff(ctx context.Context, attempt int) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
-	}
-}
-
-// connPool hands out the relay's connection, dialing (with backoff) when
-// there is none. One connection per relay for now; concurrency on it is
-// bounded by the number of paging workers.
-type connPool struct {
-	r       *relayCrawl
-	mu      sync.Mutex
-	conn    *Conn
-	unknown map[string]int
-}
-
-func newConnPool(r *relayCrawl) *connPool { return &connPool{r: r} }
-
-var errUnreachable = errors.New("unreachable")
-
-func (p *connPool) get(ctx context.Context) (*Conn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != nil {
-		select {
-		case <-p.conn.Done():
-			p.retire(p.conn)
-		default:
-			return p.conn, nil
-		}
-	}
-	o := p.r.c.opts
-	var last error
-	for attempt := 0; attempt < o.MaxAttempts; attempt++ {
-		if attempt > 0 {
-			if err := p.r.backoff(ctx, attempt); err != nil {
-				return nil, err
-			}
-		}
-		c, err := Dial(ctx, p.r.url, DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: 30 * time.Second})
-		if err == nil {
-			p.conn = c
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		last = err
-		if permanentDialError(err) {
-			break
-		}
-		kind := "dial-error"
-		if errors.Is(err, ErrTooManyRequests) {
-			kind = "http-429"
-		}
-		p.r.refusal(kind)
-		p.r.log.Warn("connect failed", zap.Int("attempt", attempt+1), zap.Error(err))
-	}
-	return nil, fmt.Errorf("%w: %v", errUnreachable, last)
-}
-
-// permanentDialError reports errors no retry can fix: the endpoint does
-// not speak TLS, or its certificate is not valid for it.
-func permanentDialError(err error) bool {
-	var rh tls.RecordHeaderError
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	return errors.As(err, &rh) || errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
-}
-
-// drop closes c if it is still the pool's connection (after a timeout or
-// loss), so the next get dials afresh.
-func (p *connPool) drop(c *Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn == c {
-		p.retire(c)
-		p.r.mu.Lock()
-		p.r.rec.Reconnects++
-		p.r.mu.Unlock()
-	}
-}
-
-func (p *connPool) retire(c *Conn) {
-	c.Close()
-	for k, v := range c.UnknownLabels() {
-		if p.unknown == nil {
-			p.unknown = map[string]int{}
-		}
-		p.unknown[k] += v
-	}
-	p.conn = nil
-}
-
-// unknownLabels merges the unknown frame labels of every connection so far.
-func (p *connPool) unknownLabels() map[string]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out map[string]int
-	add := func(m map[string]int) {
-		for k, v := range m {
-			if out == nil {
-				out = map[string]int{}
-			}
-			out[k] += v
-		}
-	}
-	add(p.unknown)
-	if p.conn != nil {
-		add(p.conn.UnknownLabels())
-	}
-	return out
-}
-
-func (p *connPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != nil {
-		p.retire(p.conn)
 	}
 }

@@ -92,14 +92,14 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, q wallQuery) (bool
 		kinds = []int{q.kind}
 	}
 	f := r.filter(w.second, w.second, kinds, q.authors)
-	failures := 0
+	failures, slowdowns := 0, 0
 	for {
-		page, conn, err := r.fetch(ctx, f)
+		page, pc, err := r.fetch(ctx, f)
 		if err != nil {
 			return false, err
 		}
-		if !r.usable(ctx, conn, page, &failures, fmt.Sprintf("wall %d sub-query", w.second)) {
-			if err := r.commit(page.Items, r.malformed(conn, page), nil); err != nil {
+		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("wall %d sub-query", w.second)) {
+			if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
 				return false, err
 			}
 			if ctx.Err() != nil {
@@ -125,7 +125,7 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, q wallQuery) (bool
 				w.kinds[head.Kind][head.PubKey] = true
 			}
 		}
-		if err := r.commit(page.Items, r.malformed(conn, page), nil); err != nil {
+		if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
 			return false, err
 		}
 		return page.End == EndOverflow || r.full(n), nil
@@ -135,12 +135,13 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, q wallQuery) (bool
 // countSecond asks NIP-45 COUNT for one second; ok is false when the
 // relay does not answer it.
 func (r *relayCrawl) countSecond(ctx context.Context, second int64) (int64, bool) {
-	conn, err := r.conns.get(ctx)
+	pc, err := r.conns.acquire(ctx)
 	if err != nil {
 		return 0, false
 	}
+	defer r.conns.release(pc)
 	f := filterJSON{Kinds: r.c.opts.Kinds, Since: &second, Until: &second}.bytes()
-	page, err := conn.Count(ctx, f, r.c.opts.PageTimeout)
+	page, err := pc.c.Count(ctx, f, r.c.opts.PageTimeout)
 	if err != nil || page.End != EndEOSE {
 		return 0, false
 	}

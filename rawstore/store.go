@@ -245,6 +245,22 @@ func (s *Store) Relays() ([]Relay, error) {
 	return out, it.Error()
 }
 
+// ShardsWithPrefix returns every crawl-owned state of relay whose job key
+// starts with prefix, keyed by the rest of the key.
+func (s *Store) ShardsWithPrefix(relay uint32, prefix string) (map[string][]byte, error) {
+	p := shardKey(relay, prefix)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[string][]byte{}
+	for it.First(); it.Valid(); it.Next() {
+		out[string(it.Key()[len(p):])] = append([]byte(nil), it.Value()...)
+	}
+	return out, it.Error()
+}
+
 // Shard returns the crawl-owned state stored for (relay, job), or nil.
 func (s *Store) Shard(relay uint32, job string) ([]byte, error) {
 	return s.get(shardKey(relay, job))

@@ -1,0 +1,243 @@
+package crawl
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+var errUnreachable = errors.New("unreachable")
+
+// connPool holds one relay's connections and hands out in-flight slots on
+// them: the least loaded connection with a free slot, or a new connection
+// while the controller allows more. Waiters block until a slot frees.
+type connPool struct {
+	r       *relayCrawl
+	mu      chan struct{} // a lock that waiters can select on with ctx
+	conns   []*poolConn
+	dialing int
+	changed chan struct{} // closed and replaced when a slot frees
+	unknown map[string]int
+}
+
+type poolConn struct {
+	c        *Conn
+	inflight int
+}
+
+func newConnPool(r *relayCrawl) *connPool {
+	p := &connPool{r: r, mu: make(chan struct{}, 1), changed: make(chan struct{})}
+	return p
+}
+
+func (p *connPool) lock()   { p.mu <- struct{}{} }
+func (p *connPool) unlock() { <-p.mu }
+
+// acquire returns a connection with a free in-flight slot, dialing one if
+// the target allows. The slot must be given back with release.
+func (p *connPool) acquire(ctx context.Context) (*poolConn, error) {
+	for {
+		maxConns, maxInflight := p.r.target()
+		p.lock()
+		p.reap()
+		var best *poolConn
+		for _, pc := range p.conns {
+			if pc.inflight < maxInflight && (best == nil || pc.inflight < best.inflight) {
+				best = pc
+			}
+		}
+		if best != nil {
+			best.inflight++
+			p.unlock()
+			return best, nil
+		}
+		if n := len(p.conns) + p.dialing; n < maxConns || n == 0 {
+			first := n == 0
+			p.dialing++
+			p.unlock()
+			c, err := p.dial(ctx, first)
+			p.lock()
+			p.dialing--
+			if err != nil {
+				wait, have := p.changed, len(p.conns) > 0
+				p.unlock()
+				if (first && !have) || ctx.Err() != nil {
+					return nil, err
+				}
+				// The relay refused one more connection (the controller
+				// has heard): wait for a slot on the ones we have.
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-wait:
+				case <-time.After(250 * time.Millisecond):
+				}
+				continue
+			}
+			pc := &poolConn{c: c, inflight: 1}
+			p.conns = append(p.conns, pc)
+			p.unlock()
+			return pc, nil
+		}
+		wait := p.changed
+		p.unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wait:
+		case <-time.After(250 * time.Millisecond): // the target may have grown
+		}
+	}
+}
+
+// release gives a slot back.
+func (p *connPool) release(pc *poolConn) {
+	p.lock()
+	pc.inflight--
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.unlock()
+}
+
+// reap forgets connections that went away. Caller holds the lock.
+func (p *connPool) reap() {
+	live := p.conns[:0]
+	for _, pc := range p.conns {
+		select {
+		case <-pc.c.Done():
+			p.retire(pc.c)
+		default:
+			live = append(live, pc)
+		}
+	}
+	clear(p.conns[len(live):])
+	p.conns = live
+}
+
+// dial connects with backoff. Only the relay's first connection retries
+// up to MaxAttempts: an extra connection that fails is just not opened.
+func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
+	o := p.r.c.opts
+	if err := p.r.c.acquireConn(ctx, first); err != nil {
+		return nil, err
+	}
+	attempts := o.MaxAttempts
+	if !first {
+		attempts = 1
+	}
+	var last error
+	for attempt := 0; attempt < attempts; attempt++ {
+		if attempt > 0 {
+			if p.open() > 0 {
+				break // another dial got through meanwhile: use that one
+			}
+			if err := p.r.backoff(ctx, attempt); err != nil {
+				p.r.c.releaseConn()
+				return nil, err
+			}
+		}
+		c, err := Dial(ctx, p.r.url, DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: 30 * time.Second})
+		if err == nil {
+			return c, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+		p.r.refusedDial(err)
+		p.r.log.Warn("connect failed", zap.Int("attempt", attempt+1), zap.Bool("first", first), zap.Error(err))
+		if permanentDialError(err) {
+			break
+		}
+	}
+	p.r.c.releaseConn()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if first {
+		return nil, fmt.Errorf("%w: %v", errUnreachable, last)
+	}
+	return nil, last
+}
+
+// permanentDialError reports errors no retry can fix: the endpoint does
+// not speak TLS, or its certificate is not valid for it.
+func permanentDialError(err error) bool {
+	var rh tls.RecordHeaderError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &rh) || errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
+}
+
+// drop closes pc's connection (after a loss or silence) so the next
+// acquire dials afresh.
+func (p *connPool) drop(pc *poolConn) {
+	p.lock()
+	defer p.unlock()
+	for i, o := range p.conns {
+		if o == pc {
+			p.retire(pc.c)
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			p.r.mu.Lock()
+			p.r.rec.Reconnects++
+			p.r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// retire closes c and keeps its tally of unknown labels. Caller holds the
+// lock.
+func (p *connPool) retire(c *Conn) {
+	c.Close()
+	p.r.c.releaseConn()
+	for k, v := range c.UnknownLabels() {
+		if p.unknown == nil {
+			p.unknown = map[string]int{}
+		}
+		p.unknown[k] += v
+	}
+}
+
+// open reports how many connections are open.
+func (p *connPool) open() int {
+	p.lock()
+	defer p.unlock()
+	return len(p.conns)
+}
+
+// unknownLabels merges the unknown frame labels of every connection so far.
+func (p *connPool) unknownLabels() map[string]int {
+	p.lock()
+	defer p.unlock()
+	var out map[string]int
+	add := func(m map[string]int) {
+		for k, v := range m {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] += v
+		}
+	}
+	add(p.unknown)
+	for _, pc := range p.conns {
+		add(pc.c.UnknownLabels())
+	}
+	return out
+}
+
+// close closes every connection.
+func (p *connPool) close() {
+	p.lock()
+	defer p.unlock()
+	for _, pc := range p.conns {
+		p.retire(pc.c)
+	}
+	p.conns = nil
+}
