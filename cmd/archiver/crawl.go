@@ -23,7 +23,12 @@ func runCrawl(args []string) int {
 		until    = fs.String("until", "", "newest created_at to archive; default: now")
 		noVerify = fs.Bool("no-verify", false, "store events without verifying them (run `archiver reprocess` later)")
 		limit    = fs.Int("limit", 0, "REQ page limit; default: the relay's NIP-11 max_limit, else 500")
-		inflight = fs.Int("inflight", 1, "REQs in flight per relay connection")
+		inflight = fs.Int("inflight", 8, "most REQs in flight per relay connection (the controller starts lower and learns)")
+		conns    = fs.Int("conns", 4, "most connections per relay")
+		total    = fs.Int("max-conns", 64, "most connections across all relays")
+		startC   = fs.Int("start-conns", 1, "connections per relay before the controller learns more")
+		startR   = fs.Int("start-inflight", 2, "REQs in flight per connection before the controller learns more")
+		shards   = fs.Int("shards", 32, "initial created_at shards of a relay's job (idle workers split the largest)")
 		workers  = fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
 		timeout  = fs.Duration("page-timeout", 15*time.Second, "give up on a page after this long without a frame")
@@ -43,7 +48,11 @@ func runCrawl(args []string) int {
 		return 2
 	}
 	now := time.Now()
-	opts := crawl.Options{PageLimit: *limit, MaxInFlightPerConn: *inflight, PageTimeout: *timeout}
+	opts := crawl.Options{
+		PageLimit: *limit, PageTimeout: *timeout, Shards: *shards,
+		MaxInFlightPerConn: *inflight, MaxConnsPerRelay: *conns, MaxConns: *total,
+		StartConns: *startC, StartInFlight: *startR,
+	}
 	if opts.Since, err = parseTime(*since, now); err != nil {
 		return usageError("--since", err)
 	}

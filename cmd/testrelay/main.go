@@ -1,0 +1,171 @@
+// Command testrelay serves a generated (or JSONL) corpus of Nostr events
+// over WebSocket until SIGINT or SIGTERM, with testrelay's fault knobs, so
+// benchmarks can run the relay in its own process. Its first line of
+// standard output is the relay's URL.
+//
+//	testrelay -listen 127.0.0.1:7447 -events 1000000 -seed 1 -fixture-cache ~/.cache/testrelay
+//	testrelay -jsonl events.jsonl -max-limit 5000 -auth
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nostr-archiver/archiver/testrelay"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "testrelay:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("testrelay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o  testrelay.Options
+		fo testrelay.FixtureOptions
+
+		jsonl, infoFile, truth, truthBad string
+		faults                           int
+	)
+	fs.StringVar(&o.Addr, "listen", "127.0.0.1:7447", "TCP address to listen on")
+	fs.IntVar(&fo.Events, "events", 10000, "ordinary valid events to generate")
+	fs.Uint64Var(&fo.Seed, "seed", 1, "fixture seed")
+	fs.IntVar(&fo.Authors, "authors", 0, "fixture authors (0: default)")
+	fs.StringVar(&fo.CacheDir, "fixture-cache", "", "directory caching signed fixtures across runs (empty: no cache)")
+	fs.IntVar(&fo.Wall, "wall", 0, "events sharing one created_at second")
+	fs.IntVar(&fo.UnsplittableWall, "unsplittable-wall", 0, "events of one author and kind sharing another second")
+	fs.IntVar(&faults, "faults", 0, "this many of each fault: forged and random ids, bad sigs and pubkeys, malformed objects and frames, duplicates, lookalikes, varied serializations")
+	fs.StringVar(&jsonl, "jsonl", "", "serve the events of this JSONL file instead of a generated corpus")
+	fs.StringVar(&truth, "truth", "", "write the valid events' canonical lines, sorted by id, to this file")
+	fs.StringVar(&truthBad, "truth-bad", "", `write {"id","reason","frame"} per bad copy to this file`)
+
+	fs.StringVar(&infoFile, "info", "", "serve this file verbatim as the NIP-11 document")
+	fs.BoolVar(&o.NoInfo, "no-info", false, "answer NIP-11 requests with 404")
+	fs.IntVar(&o.MaxLimit, "max-limit", 0, "clamp filter limits (0: 500, negative: no clamp)")
+	fs.IntVar(&o.DefaultLimit, "default-limit", 0, "limit of a filter without one (0: 500, negative: unlimited)")
+	fs.BoolVar(&o.IgnoreUntil, "ignore-until", false, "serve filters as if they had no until")
+	fs.IntVar(&o.ExtraOutOfRange, "extra-out-of-range", 0, "add this many events outside [since, until] on each side")
+	fs.IntVar(&o.MaxSubsPerConn, "max-subs", 0, "open subscriptions per connection; over it a REQ gets only a NOTICE (0: no cap)")
+	fs.Float64Var(&o.RateLimit, "rate", 0, "REQs per second per connection (0: no limit)")
+	fs.IntVar(&o.RateBurst, "rate-burst", 0, "token bucket size (0: rate rounded up)")
+	fs.BoolVar(&o.RatePerIP, "rate-per-ip", false, "one token bucket per IP instead of per connection")
+	fs.BoolVar(&o.ErrorPrefix, "error-prefix", false, `prefix CLOSED reasons with "ERROR: " as strfry does`)
+	fs.IntVar(&o.MaxConnsPerIP, "max-conns-per-ip", 0, "refuse more WebSocket upgrades per IP with HTTP 429 (0: no cap)")
+	fs.IntVar(&o.DropEvery, "drop-every", 0, "close the TCP connection after this many EVENT frames on it (0: never)")
+	fs.IntVar(&o.NoticeOnlyEvery, "notice-every", 0, "answer every Nth REQ with only a NOTICE (0: never)")
+	fs.BoolVar(&o.AuthRequired, "auth", false, "require NIP-42 AUTH before serving REQ and COUNT")
+	fs.BoolVar(&o.SupportCount, "count", false, "answer NIP-45 COUNT")
+	fs.DurationVar(&o.Latency, "latency", 0, "delay before each page")
+	fs.BoolVar(&o.SendLimitsFrame, "limits-frame", false, `send a ["LIMITS",{...}] frame on connect`)
+	fs.IntVar(&o.MaxMessageLength, "max-message-length", 0, "drop a connection whose client frame is longer (0: no limit)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if infoFile != "" {
+		doc, err := os.ReadFile(infoFile)
+		if err != nil {
+			return err
+		}
+		o.Info = doc
+	}
+
+	start := time.Now()
+	var items []testrelay.Item
+	if jsonl != "" {
+		f, err := os.Open(jsonl)
+		if err != nil {
+			return err
+		}
+		items, err = testrelay.ReadJSONL(f)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+	} else {
+		fo.ForgedIDs, fo.RandomIDs, fo.BadSigs, fo.BadPubKeys = faults, faults, faults, faults
+		fo.Malformed, fo.MalformedFrames, fo.Duplicates, fo.Lookalikes, fo.Varied = faults, faults, faults, faults, faults
+		fx, err := testrelay.Generate(fo)
+		if err != nil {
+			return err
+		}
+		if err := writeTruth(fx, truth, truthBad); err != nil {
+			return err
+		}
+		items = fx.Items
+	}
+
+	r, err := testrelay.New(o)
+	if err != nil {
+		return err
+	}
+	r.Add(items...)
+	items = nil
+	fmt.Fprintln(stdout, r.URL())
+	fmt.Fprintf(stderr, "testrelay: serving %d items at %s (ready in %v)\n", r.Len(), r.URL(), time.Since(start).Round(time.Millisecond))
+
+	<-ctx.Done()
+	err = r.Close()
+	st, _ := json.Marshal(r.Stats())
+	fmt.Fprintf(stderr, "testrelay: stats %s\n", st)
+	return err
+}
+
+func writeTruth(fx *testrelay.Fixture, valid, bad string) error {
+	if valid != "" {
+		if err := writeLines(valid, func(w *bufio.Writer) {
+			for _, v := range fx.Valid {
+				_, _ = w.Write(v.Line)
+				_ = w.WriteByte('\n')
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	if bad != "" {
+		return writeLines(bad, func(w *bufio.Writer) {
+			enc := json.NewEncoder(w)
+			for _, b := range fx.Bad {
+				_ = enc.Encode(struct {
+					ID     string `json:"id"`
+					Reason string `json:"reason"`
+					Frame  bool   `json:"frame,omitempty"`
+				}{b.ID, b.Reason, b.Frame})
+			}
+		})
+	}
+	return nil
+}
+
+func writeLines(path string, fill func(*bufio.Writer)) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	fill(w)
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,425 @@
+package testrelay
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lxzan/gws"
+)
+
+// conn is one client connection: a reader (gws's ReadLoop calling
+// handler) that owns the subscription table, and a writer goroutine that
+// answers queued messages in order.
+type conn struct {
+	r         *Relay
+	socket    *gws.Conn
+	wire      *wireConn
+	ip        string
+	challenge string
+
+	jobs     chan job
+	stop     chan struct{}
+	stopOnce sync.Once
+
+	// Owned by the reader.
+	authed bool
+	subs   map[string]*sub
+	bucket bucket
+
+	// Owned by the writer.
+	buf  []byte  // frames waiting for one write
+	pos  []int32 // positions of the page being served
+	sent int     // EVENT frames sent on this connection
+}
+
+// sub is an open subscription; CLOSE (or a REQ reusing its id) cancels it.
+type sub struct{ cancelled atomic.Bool }
+
+// job is one unit of the writer's work, in arrival order: a ready frame,
+// or a REQ or COUNT to answer.
+type job struct {
+	frame   []byte
+	sub     *sub   // REQ
+	count   bool   // COUNT
+	subJSON []byte // the subscription id as a JSON string
+	filters []filter
+}
+
+const (
+	maxSubIDLen = 64
+	// flushSize is how many bytes of frames the writer gathers per write:
+	// large enough that a 500-event page takes a few syscalls.
+	flushSize = 256 << 10
+	// keepBuf caps the write buffer kept between pages.
+	keepBuf = 4 << 20
+)
+
+var (
+	errDropped = errors.New("testrelay: connection dropped on purpose")
+	errStopped = errors.New("testrelay: connection stopped")
+)
+
+func newConn(r *Relay, socket *gws.Conn, wire *wireConn, ip string, depth int) *conn {
+	var ch [16]byte
+	_, _ = rand.Read(ch[:])
+	c := &conn{
+		r:         r,
+		socket:    socket,
+		wire:      wire,
+		ip:        ip,
+		challenge: hex.EncodeToString(ch[:]),
+		jobs:      make(chan job, depth),
+		stop:      make(chan struct{}),
+		subs:      make(map[string]*sub),
+	}
+	socket.Session().Store(sessionKey, c)
+	return c
+}
+
+const sessionKey = "testrelay.conn"
+
+// shutdown ends the connection abruptly; safe to call from anywhere, more
+// than once. The reader sees the closed socket and returns; the writer
+// sees stop.
+func (c *conn) shutdown() {
+	c.stopOnce.Do(func() {
+		close(c.stop)
+		_ = c.wire.Close()
+	})
+}
+
+// release gives back the reader's share of the relay-wide counts once the
+// reader has returned.
+func (c *conn) release() {
+	c.r.openSubs.Add(-int64(len(c.subs)))
+	clear(c.subs)
+}
+
+func (c *conn) enqueue(j job) {
+	select {
+	case c.jobs <- j:
+	case <-c.stop:
+	}
+}
+
+// sendMsg queues a relay message built from JSON values.
+func (c *conn) sendMsg(v ...any) {
+	b, _ := json.Marshal(v)
+	c.enqueue(job{frame: b})
+}
+
+func (c *conn) writeLoop() {
+	defer c.r.wg.Done()
+	defer c.shutdown() // a failed or deliberate end of writing ends the connection
+	for {
+		select {
+		case <-c.stop:
+			return
+		case j := <-c.jobs:
+			if err := c.do(j); err != nil {
+				if errors.Is(err, errDropped) {
+					c.r.st.drops.Add(1)
+				}
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) do(j job) error {
+	switch {
+	case j.frame != nil:
+		return c.write(appendFrame(c.buf[:0], j.frame))
+	case j.count:
+		o := c.r.options()
+		n := c.r.store.snap.Load().count(j.filters, o.IgnoreUntil)
+		b := fmt.Appendf(nil, `["COUNT",%s,{"count":%d}]`, j.subJSON, n)
+		return c.write(appendFrame(c.buf[:0], b))
+	default:
+		return c.serve(j)
+	}
+}
+
+func (c *conn) write(b []byte) error {
+	_, err := c.wire.Write(b)
+	if cap(b) <= keepBuf {
+		c.buf = b[:0]
+	} else {
+		c.buf = nil
+	}
+	return err
+}
+
+// serve answers one REQ: its EVENT frames newest first, then EOSE.
+func (c *conn) serve(j job) error {
+	o := c.r.options()
+	if o.Latency > 0 {
+		t := time.NewTimer(o.Latency)
+		select {
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			return errStopped
+		}
+	}
+	if j.sub.cancelled.Load() {
+		return nil
+	}
+	snap := c.r.store.snap.Load()
+	pos := c.pos[:0]
+	for i := range j.filters {
+		f := &j.filters[i]
+		pos = snap.match(pos, f, f.effectiveLimit(o), o.ExtraOutOfRange, o.IgnoreUntil)
+	}
+	if len(j.filters) > 1 { // union of the filters, each item once
+		slices.Sort(pos)
+		pos = slices.Compact(pos)
+	}
+	c.pos = pos
+
+	buf := c.buf[:0]
+	sent := 0
+	defer func() { c.r.st.events.Add(int64(sent)) }()
+	for _, p := range pos {
+		buf = appendEventFrame(buf, j.subJSON, &snap.items[p])
+		sent++
+		c.sent++
+		if o.DropEvery > 0 && c.sent >= o.DropEvery {
+			_ = c.write(buf)
+			return errDropped
+		}
+		if len(buf) >= flushSize {
+			if err := c.write(buf); err != nil {
+				return err
+			}
+			buf = c.buf
+		}
+	}
+	buf = appendFrameHeader(buf, len(`["EOSE",]`)+len(j.subJSON))
+	buf = append(buf, `["EOSE",`...)
+	buf = append(buf, j.subJSON...)
+	buf = append(buf, ']')
+	if err := c.write(buf); err != nil {
+		return err
+	}
+	c.r.st.pages.Add(1)
+	return nil
+}
+
+// appendFrameHeader appends the header of an unmasked, final text frame
+// (RFC 6455 section 5.2) carrying n payload bytes.
+func appendFrameHeader(dst []byte, n int) []byte {
+	switch {
+	case n < 126:
+		return append(dst, 0x81, byte(n))
+	case n <= 0xffff:
+		return append(dst, 0x81, 126, byte(n>>8), byte(n))
+	default:
+		return append(dst, 0x81, 127,
+			byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
+			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+}
+
+func appendFrame(dst, payload []byte) []byte {
+	return append(appendFrameHeader(dst, len(payload)), payload...)
+}
+
+// appendEventFrame appends ["EVENT",<sub>,<raw>] as one frame, or a Frame
+// item's raw bytes with the subscription id filled in.
+func appendEventFrame(dst, subJSON []byte, it *Item) []byte {
+	if it.Frame {
+		payload := it.Raw
+		if bytes.Contains(payload, []byte(SubPlaceholder)) {
+			payload = bytes.ReplaceAll(payload, []byte(SubPlaceholder), subJSON[1:len(subJSON)-1])
+		}
+		return appendFrame(dst, payload)
+	}
+	dst = appendFrameHeader(dst, len(`["EVENT",,]`)+len(subJSON)+len(it.Raw))
+	dst = append(dst, `["EVENT",`...)
+	dst = append(dst, subJSON...)
+	dst = append(dst, ',')
+	dst = append(dst, it.Raw...)
+	return append(dst, ']')
+}
+
+// handler receives gws events for every connection of a relay.
+type handler struct{}
+
+func connOf(socket *gws.Conn) *conn {
+	v, _ := socket.Session().Load(sessionKey)
+	return v.(*conn)
+}
+
+func (handler) OnOpen(socket *gws.Conn) {
+	c := connOf(socket)
+	o := c.r.options()
+	if o.AuthRequired {
+		c.sendMsg("AUTH", c.challenge)
+	}
+	if o.SendLimitsFrame {
+		lim := map[string]any{"can_write": false, "can_read": true}
+		if o.MaxLimit > 0 {
+			lim["max_limit"] = o.MaxLimit
+		}
+		if o.MaxSubsPerConn > 0 {
+			lim["max_subscriptions"] = o.MaxSubsPerConn
+		}
+		c.sendMsg("LIMITS", lim)
+	}
+}
+
+func (handler) OnClose(socket *gws.Conn, _ error) { connOf(socket).shutdown() }
+
+func (handler) OnPing(socket *gws.Conn, payload []byte) { _ = socket.WritePong(payload) }
+
+func (handler) OnPong(*gws.Conn, []byte) {}
+
+func (handler) OnMessage(socket *gws.Conn, msg *gws.Message) {
+	defer msg.Close()
+	c := connOf(socket)
+	o := c.r.options()
+	if o.MaxMessageLength > 0 && len(msg.Bytes()) > o.MaxMessageLength {
+		c.r.st.drops.Add(1)
+		c.shutdown()
+		return
+	}
+	c.handle(msg.Bytes(), o)
+}
+
+// reason formats a CLOSED reason, with strfry's "ERROR: " prefix if asked.
+func reason(o *Options, prefix, text string) string {
+	if o.ErrorPrefix {
+		return "ERROR: " + prefix + ": " + text
+	}
+	return prefix + ": " + text
+}
+
+// handle applies one client message. It runs on the reader goroutine.
+func (c *conn) handle(data []byte, o *Options) {
+	var msg []json.RawMessage
+	if err := json.Unmarshal(data, &msg); err != nil || len(msg) == 0 {
+		c.sendMsg("NOTICE", "ERROR: bad msg: not a JSON array")
+		return
+	}
+	var label string
+	if err := json.Unmarshal(msg[0], &label); err != nil {
+		c.sendMsg("NOTICE", "ERROR: bad msg: label is not a string")
+		return
+	}
+	switch label {
+	case "REQ":
+		c.r.st.reqs.Add(1)
+		c.onReq(msg[1:], o, false)
+	case "COUNT":
+		c.r.st.counts.Add(1)
+		c.onReq(msg[1:], o, true)
+	case "CLOSE":
+		c.r.st.closes.Add(1)
+		var id string
+		if len(msg) < 2 || json.Unmarshal(msg[1], &id) != nil {
+			c.sendMsg("NOTICE", "ERROR: bad msg: CLOSE needs a subscription id")
+			return
+		}
+		c.closeSub(id)
+	case "AUTH":
+		if len(msg) < 2 {
+			c.sendMsg("NOTICE", "ERROR: bad msg: AUTH needs an event")
+			return
+		}
+		c.onAuth(msg[1])
+	case "EVENT":
+		id := ""
+		if len(msg) >= 2 {
+			var e struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(msg[1], &e)
+			id = e.ID
+		}
+		c.sendMsg("OK", id, false, "blocked: this relay is read-only")
+	default:
+		c.sendMsg("NOTICE", "ERROR: unknown cmd: "+label)
+	}
+}
+
+func (c *conn) closeSub(id string) {
+	if s, ok := c.subs[id]; ok {
+		s.cancelled.Store(true)
+		delete(c.subs, id)
+		c.r.openSubs.Add(-1)
+	}
+}
+
+// onReq admits or refuses a REQ (or COUNT) whose arguments are args:
+// the subscription id then the filters. Checks run in this order: the
+// subscription id, the filters, AUTH, the rate limit, then for COUNT
+// SupportCount, for REQ the subscription cap and NoticeOnlyEvery.
+func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
+	var id string
+	if len(args) == 0 || json.Unmarshal(args[0], &id) != nil {
+		c.refuse("NOTICE", "ERROR: bad req: missing subscription id")
+		return
+	}
+	if id == "" || len(id) > maxSubIDLen {
+		c.refuse("CLOSED", id, reason(o, "invalid", "subscription id must be 1 to 64 characters"))
+		return
+	}
+	filters := make([]filter, 0, len(args)-1)
+	for _, raw := range args[1:] {
+		f, err := parseFilter(raw)
+		if err != nil {
+			c.refuse("CLOSED", id, reason(o, "invalid", "bad filter: "+err.Error()))
+			return
+		}
+		filters = append(filters, f)
+	}
+	if o.AuthRequired && !c.authed {
+		c.refuse("CLOSED", id, reason(o, "auth-required", "this relay serves authenticated clients only"))
+		return
+	}
+	if !c.r.allow(c, o) {
+		c.refuse("CLOSED", id, reason(o, "rate-limited", "slow down"))
+		return
+	}
+	subJSON, _ := json.Marshal(id)
+	if count {
+		if !o.SupportCount {
+			c.refuse("CLOSED", id, "unsupported: COUNT is not supported")
+			return
+		}
+		c.enqueue(job{count: true, subJSON: subJSON, filters: filters})
+		return
+	}
+	_, replacing := c.subs[id]
+	if o.MaxSubsPerConn > 0 && !replacing && len(c.subs) >= o.MaxSubsPerConn {
+		c.refuse("NOTICE", "ERROR: too many concurrent REQs")
+		return
+	}
+	if n := c.r.reqSeq.Add(1); o.NoticeOnlyEvery > 0 && n%int64(o.NoticeOnlyEvery) == 0 {
+		c.refuse("NOTICE", "ERROR: could not process REQ, try again")
+		return
+	}
+	s := &sub{}
+	if replacing {
+		c.subs[id].cancelled.Store(true)
+	} else {
+		storeMax(&c.r.st.peakSubs, c.r.openSubs.Add(1))
+	}
+	c.subs[id] = s
+	storeMax(&c.r.st.peakSubsPerConn, int64(len(c.subs)))
+	c.enqueue(job{sub: s, subJSON: subJSON, filters: filters})
+}
+
+func (c *conn) refuse(v ...any) {
+	c.r.st.refusals.Add(1)
+	c.sendMsg(v...)
+}

@@ -1,0 +1,160 @@
+package testrelay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Options configures a Relay. The zero value is a well-behaved relay that
+// clamps pages at 500 like strfry; every fault knob is off until set.
+// Knobs are read per request, so SetOptions may flip any of them while the
+// relay serves, except Addr and QueueDepth (fixed at New).
+type Options struct {
+	// Addr is the TCP address to listen on. Default "127.0.0.1:0".
+	Addr string
+
+	// Info is the NIP-11 document, served verbatim to a GET with
+	// `Accept: application/nostr+json` (so a test can make it lie). Nil
+	// means a document generated from these options. NoInfo answers 404
+	// instead, as many relays do.
+	Info   []byte
+	NoInfo bool
+
+	// MaxLimit clamps every filter's limit silently, as strfry does.
+	// Default 500; negative means no clamp.
+	MaxLimit int
+	// DefaultLimit is the limit of a filter that has none (then clamped by
+	// MaxLimit). Default 500; negative means unlimited.
+	DefaultLimit int
+
+	// IgnoreUntil serves every filter as if it had no `until`.
+	IgnoreUntil bool
+	// ExtraOutOfRange adds up to this many stored events just newer than
+	// `until` and as many just older than `since` to each page.
+	ExtraOutOfRange int
+
+	// MaxSubsPerConn caps open subscriptions per connection (a subscription
+	// is open from its REQ until the client CLOSEs it). A REQ over the cap
+	// gets only ["NOTICE","ERROR: too many concurrent REQs"], no CLOSED and
+	// no EOSE, as strfry does. 0 means no cap.
+	MaxSubsPerConn int
+
+	// RateLimit is a token bucket on REQ and COUNT messages, in requests per
+	// second (0: off) with RateBurst tokens (default: RateLimit rounded up,
+	// at least 1). One bucket per connection, or per client IP with
+	// RatePerIP. A request over the limit gets
+	// ["CLOSED",sub,"rate-limited: slow down"].
+	RateLimit float64
+	RateBurst int
+	RatePerIP bool
+
+	// ErrorPrefix prefixes the CLOSED reasons for auth and rate limits with
+	// "ERROR: " ("ERROR: auth-required: ..."), as strfry does.
+	ErrorPrefix bool
+
+	// MaxConnsPerIP refuses WebSocket upgrades past this many open
+	// connections from one IP with HTTP 429. 0 means no cap.
+	MaxConnsPerIP int
+
+	// DropEvery closes the TCP connection, without a WebSocket close frame,
+	// right after the Nth EVENT frame sent on it (counted over the
+	// connection's life). 0 means never.
+	DropEvery int
+
+	// NoticeOnlyEvery answers every Nth REQ that passes the other checks
+	// (counted over the relay) with only a NOTICE: no EVENT, no EOSE, no
+	// CLOSED. 0 means never.
+	NoticeOnlyEvery int
+
+	// AuthRequired sends ["AUTH",challenge] on connect and refuses REQ and
+	// COUNT with CLOSED "auth-required: ..." until the client has sent a
+	// valid NIP-42 kind-22242 event for that challenge.
+	AuthRequired bool
+
+	// SupportCount answers NIP-45 COUNT; otherwise COUNT gets CLOSED
+	// "unsupported: ...".
+	SupportCount bool
+
+	// Latency delays each page (each REQ's answer) by this much, which
+	// sets a per-connection cadence: pages of one connection are served one
+	// after another.
+	Latency time.Duration
+
+	// SendLimitsFrame sends an unstandardized ["LIMITS",{...}] frame on
+	// connect, as some relays do.
+	SendLimitsFrame bool
+
+	// MaxMessageLength is advertised in the generated NIP-11 document; a
+	// client frame longer than this drops the connection. 0 means no limit.
+	MaxMessageLength int
+
+	// QueueDepth bounds the client messages queued per connection ahead of
+	// the connection's writer; past it the reader blocks and TCP pushes back
+	// on the client. Default 64.
+	QueueDepth int
+}
+
+// Defaults.
+const (
+	DefaultAddr       = "127.0.0.1:0"
+	DefaultMaxLimit   = 500
+	DefaultQueueDepth = 64
+)
+
+// withDefaults returns o with every unset field at its documented default.
+func (o Options) withDefaults() Options {
+	if o.Addr == "" {
+		o.Addr = DefaultAddr
+	}
+	if o.MaxLimit == 0 {
+		o.MaxLimit = DefaultMaxLimit
+	}
+	if o.DefaultLimit == 0 {
+		o.DefaultLimit = DefaultMaxLimit
+	}
+	if o.RateLimit > 0 && o.RateBurst == 0 {
+		o.RateBurst = max(1, int(o.RateLimit+0.999999))
+	}
+	if o.QueueDepth == 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	return o
+}
+
+// ErrInvalidOptions is wrapped by every error Validate returns.
+var ErrInvalidOptions = errors.New("testrelay: invalid options")
+
+// Validate reports the first option that cannot work.
+func (o Options) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	if _, _, err := net.SplitHostPort(o.Addr); o.Addr != "" && err != nil {
+		return bad("addr %q: %v", o.Addr, err)
+	}
+	switch {
+	case o.ExtraOutOfRange < 0:
+		return bad("ExtraOutOfRange %d < 0", o.ExtraOutOfRange)
+	case o.MaxSubsPerConn < 0:
+		return bad("MaxSubsPerConn %d < 0", o.MaxSubsPerConn)
+	case o.RateLimit < 0:
+		return bad("RateLimit %v < 0", o.RateLimit)
+	case o.RateBurst < 0:
+		return bad("RateBurst %d < 0", o.RateBurst)
+	case o.MaxConnsPerIP < 0:
+		return bad("MaxConnsPerIP %d < 0", o.MaxConnsPerIP)
+	case o.DropEvery < 0:
+		return bad("DropEvery %d < 0", o.DropEvery)
+	case o.NoticeOnlyEvery < 0:
+		return bad("NoticeOnlyEvery %d < 0", o.NoticeOnlyEvery)
+	case o.Latency < 0:
+		return bad("Latency %v < 0", o.Latency)
+	case o.MaxMessageLength < 0:
+		return bad("MaxMessageLength %d < 0", o.MaxMessageLength)
+	case o.QueueDepth < 0:
+		return bad("QueueDepth %d < 0", o.QueueDepth)
+	}
+	return nil
+}

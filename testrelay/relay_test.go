@@ -1,0 +1,697 @@
+package testrelay
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/nostr-archiver/archiver/event"
+)
+
+func newRelay(t testing.TB, o Options, items ...Item) *Relay {
+	t.Helper()
+	r, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	r.Add(items...)
+	return r
+}
+
+var testAuthors = []string{strings.Repeat("a1", 32), strings.Repeat("b2", 32), strings.Repeat("c3", 32)}
+
+// synth makes n items at the given seconds; their raw objects carry the
+// fields the tests decode, not valid events.
+func synth(n int, at func(i int) int64) []Item {
+	items := make([]Item, n)
+	for i := range items {
+		h := sha256.Sum256(fmt.Appendf(nil, "item %d", i))
+		it := Item{CreatedAt: at(i), Kind: []int{1, 7}[i%2], PubKey: testAuthors[i%3], ID: hex.EncodeToString(h[:])}
+		it.Raw = fmt.Appendf(nil, `{"id":"%s","pubkey":"%s","created_at":%d,"kind":%d}`, it.ID, it.PubKey, it.CreatedAt, it.Kind)
+		items[i] = it
+	}
+	return items
+}
+
+type ev struct {
+	ID        string `json:"id"`
+	PubKey    string `json:"pubkey"`
+	CreatedAt int64  `json:"created_at"`
+	Kind      int    `json:"kind"`
+}
+
+func decodeEvents(t testing.TB, raws []json.RawMessage) []ev {
+	t.Helper()
+	out := make([]ev, len(raws))
+	for i, r := range raws {
+		if err := json.Unmarshal(r, &out[i]); err != nil {
+			t.Fatalf("event %d: %v: %s", i, err, r)
+		}
+	}
+	return out
+}
+
+// newestFirst checks NIP-01 order: created_at desc, then id asc.
+func newestFirst(t testing.TB, evs []ev) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		a, b := evs[i-1], evs[i]
+		if a.CreatedAt < b.CreatedAt || (a.CreatedAt == b.CreatedAt && a.ID > b.ID) {
+			t.Fatalf("events %d and %d out of order: %+v then %+v", i-1, i, a, b)
+		}
+	}
+}
+
+func TestPagingWithUntil(t *testing.T) {
+	// 3000 items over 1000 seconds: three per second, so pages end mid-second.
+	items := synth(3000, func(i int) int64 { return 1000 + int64(i%1000) })
+	r := newRelay(t, Options{MaxLimit: 250}, items...)
+	c := dial(t, r.URL())
+
+	seen := map[string]bool{}
+	until := int64(5000)
+	pages := 0
+	for {
+		p := c.req("p", map[string]any{"until": until, "limit": 1000})
+		if p.end.label != "EOSE" {
+			t.Fatalf("page ended with %s", p.end.raw)
+		}
+		evs := decodeEvents(t, p.events)
+		if len(evs) > 250 {
+			t.Fatalf("page of %d events, clamp is 250", len(evs))
+		}
+		newestFirst(t, evs)
+		fresh := 0
+		for _, e := range evs {
+			if e.CreatedAt > until {
+				t.Fatalf("event at %d after until %d", e.CreatedAt, until)
+			}
+			if !seen[e.ID] {
+				seen[e.ID] = true
+				fresh++
+			}
+		}
+		pages++
+		if fresh == 0 {
+			break
+		}
+		until = evs[len(evs)-1].CreatedAt // inclusive: dedup by id
+	}
+	if len(seen) != len(items) {
+		t.Fatalf("paged %d distinct events, stored %d", len(seen), len(items))
+	}
+	st := r.Stats()
+	if st.Pages != int64(pages) || st.REQs != int64(pages) || st.Conns != 1 {
+		t.Fatalf("stats %+v after %d pages", st, pages)
+	}
+}
+
+func TestFilters(t *testing.T) {
+	items := synth(60, func(i int) int64 { return 100 + int64(i/2) }) // two per second: 100..129
+	r := newRelay(t, Options{DefaultLimit: 7}, items...)
+	c := dial(t, r.URL())
+	byID := map[string]Item{}
+	for _, it := range items {
+		byID[it.ID] = it
+	}
+	tests := []struct {
+		name    string
+		filters []map[string]any
+		want    func(it Item) bool
+		limit   int // expected count when a limit cuts the result, else 0
+	}{
+		{"since until", []map[string]any{{"since": 110, "until": 119, "limit": 100}},
+			func(it Item) bool { return it.CreatedAt >= 110 && it.CreatedAt <= 119 }, 0},
+		{"kinds", []map[string]any{{"kinds": []int{7}, "limit": 100}},
+			func(it Item) bool { return it.Kind == 7 }, 0},
+		{"authors", []map[string]any{{"authors": []string{testAuthors[1]}, "limit": 100}},
+			func(it Item) bool { return it.PubKey == testAuthors[1] }, 0},
+		{"ids", []map[string]any{{"ids": []string{items[3].ID, items[40].ID}}},
+			func(it Item) bool { return it.ID == items[3].ID || it.ID == items[40].ID }, 0},
+		{"ids and until", []map[string]any{{"ids": []string{items[3].ID, items[40].ID}, "until": 110}},
+			func(it Item) bool { return it.ID == items[3].ID }, 0},
+		{"default limit", []map[string]any{{}}, func(it Item) bool { return it.CreatedAt >= 126 }, 7},
+		{"limit 0", []map[string]any{{"limit": 0}}, func(Item) bool { return false }, 0},
+		{"empty kinds", []map[string]any{{"kinds": []int{}, "limit": 100}}, func(Item) bool { return false }, 0},
+		{"union dedup", []map[string]any{
+			{"since": 120, "limit": 100},
+			{"kinds": []int{1}, "since": 125, "limit": 100},
+			{"ids": []string{items[0].ID}},
+		}, func(it Item) bool { return it.CreatedAt >= 120 || it.ID == items[0].ID }, 0},
+		{"union limits per filter", []map[string]any{
+			{"kinds": []int{1}, "limit": 2},
+			{"kinds": []int{7}, "limit": 3},
+		}, func(it Item) bool {
+			return (it.Kind == 1 && it.CreatedAt >= 128) || (it.Kind == 7 && it.CreatedAt >= 127)
+		}, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := c.req("f", tc.filters...)
+			if p.end.label != "EOSE" {
+				t.Fatalf("ended with %s", p.end.raw)
+			}
+			evs := decodeEvents(t, p.events)
+			newestFirst(t, evs)
+			var want []string
+			for _, it := range items {
+				if tc.want(it) {
+					want = append(want, it.ID)
+				}
+			}
+			var got []string
+			for _, e := range evs {
+				if !tc.want(byID[e.ID]) {
+					t.Errorf("unwanted %+v", e)
+				}
+				got = append(got, e.ID)
+			}
+			if len(slices.Compact(slices.Sorted(slices.Values(got)))) != len(got) {
+				t.Errorf("duplicates in %v", got)
+			}
+			if n := tc.limit; n == 0 && len(got) != len(want) || n > 0 && len(got) != n {
+				t.Errorf("got %d events, want %d (limit %d)", len(got), len(want), tc.limit)
+			}
+		})
+	}
+}
+
+func TestFaultKnobsOnPages(t *testing.T) {
+	items := synth(100, func(i int) int64 { return 1000 + int64(i) }) // one per second
+	tests := []struct {
+		name   string
+		opts   Options
+		filter map[string]any
+		check  func(t *testing.T, evs []ev)
+	}{
+		{"clamp", Options{MaxLimit: 10}, map[string]any{"limit": 50}, func(t *testing.T, evs []ev) {
+			if len(evs) != 10 || evs[0].CreatedAt != 1099 {
+				t.Fatalf("got %d events from %d, want the 10 newest", len(evs), evs[0].CreatedAt)
+			}
+		}},
+		{"no clamp", Options{MaxLimit: -1}, map[string]any{"limit": 80}, func(t *testing.T, evs []ev) {
+			if len(evs) != 80 {
+				t.Fatalf("got %d events, want 80", len(evs))
+			}
+		}},
+		{"ignore until", Options{IgnoreUntil: true}, map[string]any{"until": 1010, "limit": 5}, func(t *testing.T, evs []ev) {
+			if len(evs) != 5 || evs[0].CreatedAt != 1099 {
+				t.Fatalf("want the 5 newest, got %+v", evs)
+			}
+		}},
+		{"extra out of range", Options{ExtraOutOfRange: 2}, map[string]any{"since": 1040, "until": 1050, "limit": 100}, func(t *testing.T, evs []ev) {
+			var at []int64
+			for _, e := range evs {
+				at = append(at, e.CreatedAt)
+			}
+			want := []int64{1052, 1051, 1050, 1049, 1048, 1047, 1046, 1045, 1044, 1043, 1042, 1041, 1040, 1039, 1038}
+			if !slices.Equal(at, want) {
+				t.Fatalf("created_at %v, want %v", at, want)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRelay(t, tc.opts, items...)
+			p := dial(t, r.URL()).req("k", tc.filter)
+			if p.end.label != "EOSE" {
+				t.Fatalf("ended with %s", p.end.raw)
+			}
+			evs := decodeEvents(t, p.events)
+			newestFirst(t, evs)
+			tc.check(t, evs)
+		})
+	}
+}
+
+func TestMaxSubsPerConn(t *testing.T) {
+	r := newRelay(t, Options{MaxSubsPerConn: 2}, synth(10, func(i int) int64 { return int64(100 + i) })...)
+	c := dial(t, r.URL())
+	for _, sub := range []string{"a", "b"} {
+		if p := c.req(sub, map[string]any{"limit": 3}); p.end.label != "EOSE" || len(p.events) != 3 {
+			t.Fatalf("sub %s: %d events then %s", sub, len(p.events), p.end.raw)
+		}
+	}
+	// Open subscriptions stay open after EOSE: a third is refused strfry's way.
+	c.send("REQ", "c", map[string]any{"limit": 3})
+	if m := c.nextMsg(); m.label != "NOTICE" || m.str(0) != "ERROR: too many concurrent REQs" {
+		t.Fatalf("got %s", m.raw)
+	}
+	c.expectNone(100 * time.Millisecond) // no CLOSED, no EOSE
+	// Reusing an open id replaces it; closing one makes room.
+	if p := c.req("a", map[string]any{"limit": 1}); p.end.label != "EOSE" {
+		t.Fatalf("replacing a: %s", p.end.raw)
+	}
+	c.send("CLOSE", "b")
+	if p := c.req("c", map[string]any{"limit": 1}); p.end.label != "EOSE" {
+		t.Fatalf("after CLOSE: %s", p.end.raw)
+	}
+	st := r.Stats()
+	if st.PeakSubsPerConn != 2 || st.Refusals != 1 || st.CLOSEs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		reason string
+		conns  int
+	}{
+		{"per connection", Options{RateLimit: 0.001, RateBurst: 2}, "rate-limited: slow down", 1},
+		{"per IP, strfry form", Options{RateLimit: 0.001, RateBurst: 2, RatePerIP: true, ErrorPrefix: true}, "ERROR: rate-limited: slow down", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRelay(t, tc.opts, synth(5, func(i int) int64 { return int64(i + 1) })...)
+			var cs []*client
+			for range tc.conns {
+				cs = append(cs, dial(t, r.URL()))
+			}
+			// Two tokens for the connection (or for the IP, whichever socket asks).
+			for i := range 2 {
+				if p := cs[i%len(cs)].req(fmt.Sprint("ok", i), map[string]any{"limit": 1}); p.end.label != "EOSE" {
+					t.Fatalf("REQ %d: %s", i, p.end.raw)
+				}
+			}
+			p := cs[len(cs)-1].req("over", map[string]any{"limit": 1})
+			if p.end.label != "CLOSED" || p.end.str(0) != "over" || p.end.str(1) != tc.reason {
+				t.Fatalf("got %s, want CLOSED %q", p.end.raw, tc.reason)
+			}
+			if len(p.events) != 0 {
+				t.Fatalf("%d events with a refusal", len(p.events))
+			}
+		})
+	}
+}
+
+func TestMaxConnsPerIP(t *testing.T) {
+	r := newRelay(t, Options{MaxConnsPerIP: 2})
+	a, b := dial(t, r.URL()), dial(t, r.URL())
+	_, resp, err := dialErr(t, r.URL())
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third connection: err %v, resp %v; want HTTP 429", err, resp)
+	}
+	a.Close()
+	_ = b
+	deadline := time.Now().Add(wait)
+	for r.Stats().OpenConns != 1 { // the relay notices the close asynchronously
+		if time.Now().After(deadline) {
+			t.Fatal("relay did not notice the closed connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dial(t, r.URL())
+	if st := r.Stats(); st.ConnsRefused != 1 || st.Conns != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDropEvery(t *testing.T) {
+	items := synth(100, func(i int) int64 { return int64(1000 + i) })
+	r := newRelay(t, Options{DropEvery: 30}, items...)
+	c := dial(t, r.URL())
+	c.send("REQ", "d", map[string]any{"limit": 20})
+	got := 0
+	for {
+		b, err := c.next(wait)
+		if errors.Is(err, net.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := decode(t, b)
+		switch m.label {
+		case "EVENT":
+			got++
+		case "EOSE":
+			c.send("REQ", "d", map[string]any{"limit": 20}) // the count spans pages
+		default:
+			t.Fatalf("unexpected %s", b)
+		}
+	}
+	if got != 30 {
+		t.Fatalf("got %d events before the drop, want 30", got)
+	}
+	// A new connection resumes (its own count starts again).
+	if p := dial(t, r.URL()).req("d", map[string]any{"limit": 20}); p.end.label != "EOSE" || len(p.events) != 20 {
+		t.Fatalf("after reconnect: %d events, %s", len(p.events), p.end.raw)
+	}
+	if st := r.Stats(); st.Drops != 1 || st.Events != 50 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestNoticeOnlyEvery(t *testing.T) {
+	r := newRelay(t, Options{NoticeOnlyEvery: 3}, synth(5, func(i int) int64 { return int64(i + 1) })...)
+	c := dial(t, r.URL())
+	for i := 1; i <= 6; i++ {
+		p := c.req(fmt.Sprint("n", i), map[string]any{"limit": 2})
+		want := "EOSE"
+		if i%3 == 0 {
+			want = "NOTICE"
+		}
+		if p.end.label != want {
+			t.Fatalf("REQ %d: %s, want %s", i, p.end.raw, want)
+		}
+	}
+	c.expectNone(50 * time.Millisecond)
+}
+
+func authEvent(t testing.TB, sk *btcec.PrivateKey, relay, challenge string, kind int) *event.Event {
+	t.Helper()
+	e := &event.Event{CreatedAt: time.Now().Unix(), Kind: kind, Tags: [][]string{{"relay", relay}, {"challenge", challenge}}}
+	if err := e.Sign(sk); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func exportJSON(e *event.Event) json.RawMessage { return event.AppendJSON(nil, e) }
+
+func TestAuth(t *testing.T) {
+	for _, prefix := range []bool{false, true} {
+		t.Run(fmt.Sprint("ErrorPrefix=", prefix), func(t *testing.T) {
+			r := newRelay(t, Options{AuthRequired: true, ErrorPrefix: prefix}, synth(5, func(i int) int64 { return int64(i + 1) })...)
+			c := dial(t, r.URL())
+			m := c.nextMsg()
+			if m.label != "AUTH" || len(m.str(0)) < 16 {
+				t.Fatalf("first message %s, want an AUTH challenge", m.raw)
+			}
+			challenge := m.str(0)
+
+			p := c.req("s", map[string]any{"limit": 5})
+			want := "auth-required: "
+			if prefix {
+				want = "ERROR: auth-required: "
+			}
+			if p.end.label != "CLOSED" || !strings.HasPrefix(p.end.str(1), want) {
+				t.Fatalf("before AUTH: %s", p.end.raw)
+			}
+
+			seed := sha256.Sum256([]byte("auth key"))
+			sk, _ := btcec.PrivKeyFromBytes(seed[:])
+			bad := []*event.Event{
+				authEvent(t, sk, r.URL(), "wrong challenge", KindAuth),
+				authEvent(t, sk, "ws://elsewhere.example", challenge, KindAuth),
+				authEvent(t, sk, r.URL(), challenge, 1),
+			}
+			forged := authEvent(t, sk, r.URL(), challenge, KindAuth)
+			forged.Sig[40] ^= 1
+			bad = append(bad, forged)
+			for _, e := range bad {
+				c.send("AUTH", exportJSON(e))
+				if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "false" || m.str(0) != hex.EncodeToString(e.ID[:]) {
+					t.Fatalf("bad AUTH answered %s", m.raw)
+				}
+			}
+			good := authEvent(t, sk, r.URL()+"/", challenge, KindAuth)
+			c.send("AUTH", exportJSON(good))
+			if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "true" {
+				t.Fatalf("good AUTH answered %s", m.raw)
+			}
+			if p := c.req("s", map[string]any{"limit": 5}); p.end.label != "EOSE" || len(p.events) != 5 {
+				t.Fatalf("after AUTH: %d events, %s", len(p.events), p.end.raw)
+			}
+			if st := r.Stats(); st.AuthOK != 1 || st.AuthFailed != int64(len(bad)) || st.Refusals != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestCount(t *testing.T) {
+	items := synth(40, func(i int) int64 { return int64(100 + i) })
+	for _, supported := range []bool{false, true} {
+		t.Run(fmt.Sprint("SupportCount=", supported), func(t *testing.T) {
+			r := newRelay(t, Options{SupportCount: supported, MaxLimit: 5}, items...)
+			c := dial(t, r.URL())
+			for _, tc := range []struct {
+				filters []any
+				want    int
+			}{
+				{[]any{map[string]any{"since": 110}}, 30},
+				{[]any{map[string]any{"kinds": []int{1}}}, 20},
+				{[]any{map[string]any{"since": 130}, map[string]any{"kinds": []int{7}, "since": 120}}, 15},
+			} {
+				c.send(append([]any{"COUNT", "n"}, tc.filters...)...)
+				m := c.nextMsg()
+				if !supported {
+					if m.label != "CLOSED" || !strings.HasPrefix(m.str(1), "unsupported: ") {
+						t.Fatalf("got %s", m.raw)
+					}
+					continue
+				}
+				var n struct{ Count int }
+				if m.label != "COUNT" || m.str(0) != "n" || json.Unmarshal(m.args[1], &n) != nil || n.Count != tc.want {
+					t.Fatalf("got %s, want count %d", m.raw, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLatencyAndCloseCancels(t *testing.T) {
+	r := newRelay(t, Options{Latency: 150 * time.Millisecond}, synth(5, func(i int) int64 { return int64(i + 1) })...)
+	c := dial(t, r.URL())
+	start := time.Now()
+	if p := c.req("l", map[string]any{"limit": 5}); p.end.label != "EOSE" {
+		t.Fatal(p.end.raw)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("page served in %v, latency is 150ms", d)
+	}
+	// A CLOSE arriving while the REQ waits cancels it.
+	c.send("REQ", "x", map[string]any{"limit": 5})
+	c.send("CLOSE", "x")
+	c.expectNone(300 * time.Millisecond)
+}
+
+func TestConnectFramesAndMessages(t *testing.T) {
+	r := newRelay(t, Options{SendLimitsFrame: true, MaxMessageLength: 200})
+	c := dial(t, r.URL())
+	if m := c.nextMsg(); m.label != "LIMITS" {
+		t.Fatalf("first message %s, want LIMITS", m.raw)
+	}
+	c.send("EVENT", map[string]any{"id": "abcd"})
+	if m := c.nextMsg(); m.label != "OK" || m.str(0) != "abcd" || string(m.args[1]) != "false" {
+		t.Fatalf("client EVENT answered %s", m.raw)
+	}
+	c.send("HELLO")
+	if m := c.nextMsg(); m.label != "NOTICE" {
+		t.Fatalf("unknown command answered %s", m.raw)
+	}
+	c.send("REQ", strings.Repeat("x", 65), map[string]any{})
+	if m := c.nextMsg(); m.label != "CLOSED" || !strings.HasPrefix(m.str(1), "invalid: ") {
+		t.Fatalf("long sub id answered %s", m.raw)
+	}
+	c.send("REQ", "big", map[string]any{"ids": []string{strings.Repeat("a", 300)}})
+	if _, err := c.next(wait); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("after an oversized frame: %v, want the connection dropped", err)
+	}
+	if st := r.Stats(); st.Drops != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestFrameItems(t *testing.T) {
+	items := []Item{
+		{Raw: []byte(`["EVENT","` + SubPlaceholder + `",{"id":`), CreatedAt: 10, Frame: true},
+		{Raw: []byte(`not json`), CreatedAt: 9, Frame: true},
+	}
+	r := newRelay(t, Options{}, items...)
+	c := dial(t, r.URL())
+	c.send("REQ", `q"s`, map[string]any{})
+	for _, want := range []string{`["EVENT","q\"s",{"id":`, `not json`} {
+		b, err := c.next(wait)
+		if err != nil || string(b) != want {
+			t.Fatalf("got %q, %v; want %q", b, err, want)
+		}
+	}
+	if m := c.nextMsg(); m.label != "EOSE" {
+		t.Fatal(m.raw)
+	}
+}
+
+func TestNIP11(t *testing.T) {
+	get := func(t *testing.T, url string, accept string) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http"+strings.TrimPrefix(url, "ws"), nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+	}
+	t.Run("generated", func(t *testing.T) {
+		r := newRelay(t, Options{MaxLimit: 300, MaxSubsPerConn: 7, AuthRequired: true, SupportCount: true})
+		code, ctype, body := get(t, r.URL(), "application/nostr+json")
+		var doc struct {
+			SupportedNIPs []int `json:"supported_nips"`
+			Limitation    struct {
+				MaxLimit         int  `json:"max_limit"`
+				MaxSubscriptions int  `json:"max_subscriptions"`
+				AuthRequired     bool `json:"auth_required"`
+			}
+		}
+		if code != 200 || ctype != "application/nostr+json" || json.Unmarshal([]byte(body), &doc) != nil {
+			t.Fatalf("%d %s %s", code, ctype, body)
+		}
+		if doc.Limitation.MaxLimit != 300 || doc.Limitation.MaxSubscriptions != 7 || !doc.Limitation.AuthRequired ||
+			!slices.Equal(doc.SupportedNIPs, []int{1, 11, 42, 45}) {
+			t.Fatalf("document %s", body)
+		}
+		if code, _, _ := get(t, r.URL(), ""); code != 200 {
+			t.Fatalf("plain GET: %d", code)
+		}
+	})
+	t.Run("verbatim", func(t *testing.T) {
+		r := newRelay(t, Options{Info: []byte(`{"limitation":{"max_limit":5000}}`)})
+		if _, _, body := get(t, r.URL(), "application/nostr+json"); body != `{"limitation":{"max_limit":5000}}` {
+			t.Fatalf("body %s", body)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		r := newRelay(t, Options{NoInfo: true})
+		if code, _, _ := get(t, r.URL(), "application/nostr+json"); code != 404 {
+			t.Fatalf("code %d", code)
+		}
+		dial(t, r.URL()) // WebSocket still upgrades
+	})
+}
+
+func TestSetOptions(t *testing.T) {
+	r := newRelay(t, Options{}, synth(50, func(i int) int64 { return int64(i + 1) })...)
+	c := dial(t, r.URL())
+	if p := c.req("a", map[string]any{"limit": 30}); len(p.events) != 30 {
+		t.Fatalf("%d events", len(p.events))
+	}
+	if err := r.SetOptions(func(o *Options) { o.MaxLimit = 10 }); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.req("a", map[string]any{"limit": 30}); len(p.events) != 10 {
+		t.Fatalf("%d events after clamping to 10", len(p.events))
+	}
+	if err := r.SetOptions(func(o *Options) { o.DropEvery = -1 }); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("invalid change: %v", err)
+	}
+	if err := r.SetOptions(func(o *Options) { o.QueueDepth = 3 }); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("fixed option changed: %v", err)
+	}
+	if r.Options().MaxLimit != 10 {
+		t.Fatal("a rejected change took effect")
+	}
+}
+
+func TestAddWhileServing(t *testing.T) {
+	r := newRelay(t, Options{}, synth(10, func(i int) int64 { return int64(100 + i) })...)
+	c := dial(t, r.URL())
+	if p := c.req("a", map[string]any{}); len(p.events) != 10 {
+		t.Fatalf("%d events", len(p.events))
+	}
+	more := synth(20, func(i int) int64 { return int64(50 + i) })[10:] // new ids, older seconds
+	r.Add(more...)
+	p := c.req("a", map[string]any{})
+	evs := decodeEvents(t, p.events)
+	newestFirst(t, evs)
+	if len(evs) != 20 || r.Len() != 20 {
+		t.Fatalf("%d events served, %d stored", len(evs), r.Len())
+	}
+}
+
+func TestCloseWithBusyClients(t *testing.T) {
+	// A client that never reads leaves the writer blocked in a write; Close
+	// must still end every goroutine (goleak checks after the tests).
+	items := synth(20000, func(i int) int64 { return int64(i) })
+	for i := range items {
+		items[i].Raw = append(items[i].Raw[:len(items[i].Raw)-1], fmt.Sprintf(`,"pad":"%01000d"}`, i)...)
+	}
+	r, err := New(Options{MaxLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(items...)
+	nc := rawUpgrade(t, r.URL())
+	defer nc.Close()
+	req := `["REQ","all",{"limit":20000}]`
+	// A client frame: FIN+text, masked with the zero key, so the payload is as is.
+	if _, err := nc.Write(append([]byte{0x81, 0x80 | byte(len(req)), 0, 0, 0, 0}, req...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st := r.Stats(); st.Pages != 0 || st.REQs != 1 {
+		t.Fatalf("stats %+v: want the page stuck behind the unread socket", st)
+	}
+	done := make(chan error)
+	go func() { done <- r.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Close hangs behind a blocked writer")
+	}
+}
+
+// rawUpgrade opens a WebSocket connection by hand and returns the socket,
+// which the test may then leave unread.
+func rawUpgrade(t *testing.T, url string) net.Conn {
+	t.Helper()
+	host := strings.TrimPrefix(url, "ws://")
+	nc, err := net.DialTimeout("tcp", host, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(nc, "GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	var head []byte
+	b := make([]byte, 1)
+	for !strings.HasSuffix(string(head), "\r\n\r\n") {
+		if _, err := nc.Read(b); err != nil {
+			t.Fatalf("handshake: %v after %q", err, head)
+		}
+		head = append(head, b[0])
+	}
+	if !strings.HasPrefix(string(head), "HTTP/1.1 101") {
+		t.Fatalf("handshake answered %q", head)
+	}
+	return nc
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{
+		{Addr: "no port"}, {ExtraOutOfRange: -1}, {MaxSubsPerConn: -1}, {RateLimit: -1},
+		{MaxConnsPerIP: -1}, {DropEvery: -1}, {NoticeOnlyEvery: -2}, {Latency: -1}, {MaxMessageLength: -1},
+	} {
+		if _, err := New(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if d := (Options{RateLimit: 2.5}).withDefaults(); d.RateBurst != 3 || d.MaxLimit != 500 || d.DefaultLimit != 500 || d.Addr != DefaultAddr {
+		t.Errorf("defaults %+v", d)
+	}
+}
