@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/nip11"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 	"net/http"
 	"sync"
@@ -49,6 +50,8 @@ type Options struct {
 	BackoffMax                time.Duration // default 30s
 	HTTPClient                *http.Client  // for NIP-11; default a client with a 10s timeout
 
+	// Metrics, if set, receives the crawl's metrics (see NewMetrics).
+	Metrics *Metrics
 	// OnCommit is called after each batch is durable (e.g. to wake the
 	// verify pool). It must not block.
 	OnCommit func()
@@ -111,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(prometheus.NewRegistry()) // counted, not exported
 	}
 }
 
@@ -185,11 +191,16 @@ func (c *Crawler) newController(doc *nip11.Document, r *relayCrawl) (*adaptive.C
 	}
 	cfg.OnChange = func(ch adaptive.Change) {
 		r.log.Info("concurrency", zap.String("change", ch.String()), zap.Int("conns", ch.Conns), zap.Int("inflight_per_conn", ch.Inflight))
+		r.metrics.targetConns.Set(float64(ch.Conns))
+		r.metrics.targetInflight.Set(float64(ch.Inflight))
 	}
 	ctrl, err := adaptive.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("controller for %s: %w", r.url, err)
 	}
+	conns, inflight := ctrl.Target()
+	r.metrics.targetConns.Set(float64(conns))
+	r.metrics.targetInflight.Set(float64(inflight))
 	return ctrl, nil
 }
 

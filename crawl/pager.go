@@ -69,11 +69,14 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn
 		}
 		return nil, nil, err
 	}
+	r.metrics.inflight.Inc()
 	page, err := pc.c.Req(ctx, filter, r.limit, r.c.opts.PageTimeout)
+	r.metrics.inflight.Dec()
 	r.conns.release(pc)
 	if err != nil {
 		return nil, nil, err
 	}
+	r.metrics.page(page)
 	r.mu.Lock()
 	r.rec.Pages++
 	r.mu.Unlock()

@@ -81,6 +81,7 @@ func (p *connPool) acquire(ctx context.Context) (*poolConn, error) {
 			}
 			pc := &poolConn{c: c, inflight: 1}
 			p.conns = append(p.conns, pc)
+			p.r.metrics.conns.Inc()
 			p.unlock()
 			return pc, nil
 		}
@@ -196,6 +197,7 @@ func (p *connPool) drop(pc *poolConn) {
 // lock.
 func (p *connPool) retire(c *Conn) {
 	c.Close()
+	p.r.metrics.conns.Dec()
 	p.r.c.releaseConn()
 	for k, v := range c.UnknownLabels() {
 		if p.unknown == nil {

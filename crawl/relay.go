@@ -45,13 +45,14 @@ type WallReport struct {
 
 // relayCrawl is the state of one relay's crawl.
 type relayCrawl struct {
-	c     *Crawler
-	url   string
-	idx   uint32
-	log   *zap.Logger
-	limit int // requested page limit
-	count bool
-	conns *connPool
+	c       *Crawler
+	url     string
+	idx     uint32
+	log     *zap.Logger
+	limit   int // requested page limit
+	count   bool
+	conns   *connPool
+	metrics *relayMetrics
 
 	mu      sync.Mutex // guards everything below; serializes commits
 	rec     RelayRecord
@@ -76,7 +77,8 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{}, workerDone: make(chan struct{}, 1)}
+	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{},
+		workerDone: make(chan struct{}, 1), metrics: c.opts.Metrics.forRelay(url)}
 	if err := r.loadRecord(); err != nil {
 		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
@@ -118,6 +120,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 		log.Error("could not record finish", zap.Error(err))
 	}
 	log.Info("crawl finished", zap.String("finish", res.Finish), zap.String("detail", res.Detail))
+	r.metrics.finish(res.Finish)
 	return res
 }
 
@@ -280,6 +283,7 @@ func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 		r.rec.Refusals = map[string]int64{}
 	}
 	r.rec.Refusals[kind]++
+	r.metrics.refusal(kind)
 	if signal != 0 {
 		r.ctrl.Refused(r.c.opts.Now(), signal)
 	}
