@@ -85,6 +85,7 @@ type Conn struct {
 }
 
 type sub struct {
+	stream   bool // a live tail: EOSE does not end it
 	id       string
 	page     Page
 	limit    int
@@ -308,6 +309,57 @@ wait:
 	return &s.page, nil
 }
 
+// Stream sends a REQ that stays open (a live tail) and hands what arrived
+// to fn every flush interval. It returns the ending page (its Items
+// already handed over) when the relay closes the subscription, the
+// connection goes away, more than maxBuffered events pile up between two
+// flushes (EndOverflow: the caller resumes from its high-water mark), fn
+// fails, or ctx ends.
+func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
+	fn func(items []Item, malformed []rawstore.Malformed) error) (*Page, error) {
+	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
+	c.mu.Lock()
+	if c.closeErr != nil {
+		err := c.closeErr
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextSub++
+	s.id = "t" + strconv.FormatUint(c.nextSub, 36)
+	c.subs[s.id] = s
+	c.mu.Unlock()
+	defer c.forget(s)
+	if err := c.write(append(append([]byte(`["REQ","`+s.id+`",`), filter...), ']')); err != nil {
+		return nil, err
+	}
+	take := func() error {
+		c.mu.Lock()
+		items, bad := s.page.Items, s.page.Malformed
+		s.page.Items, s.page.Malformed = nil, nil
+		c.mu.Unlock()
+		if len(items) == 0 && len(bad) == 0 {
+			return nil
+		}
+		return fn(items, bad)
+	}
+	t := time.NewTicker(flush)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = c.write(closeMsg(s.id))
+			return nil, errors.Join(ctx.Err(), take())
+		case <-s.finished:
+			return &s.page, take()
+		case <-t.C:
+			if err := take(); err != nil {
+				_ = c.write(closeMsg(s.id))
+				return nil, err
+			}
+		}
+	}
+}
+
 func closeMsg(id string) []byte { return []byte(`["CLOSE","` + id + `"]`) }
 
 func (c *Conn) write(msg []byte) error {
@@ -413,7 +465,7 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		s.page.Items = append(s.page.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
 		s.page.Bytes += len(data)
 	case m.Label == frame.EOSE:
-		if s != nil {
+		if s != nil && !s.stream {
 			c.finishLocked(s, EndEOSE, "")
 		}
 	case m.Label == frame.Closed:

@@ -52,7 +52,7 @@ func (o *Options) setDefaults() {
 		o.BatchSize = 1024
 	}
 	if o.NewVerifier == nil {
-		o.NewVerifier = DefaultVerifier
+		o.NewVerifier = DefaultVerifiers()
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()

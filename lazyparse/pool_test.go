@@ -36,7 +36,7 @@ func TestJudgeReasons(t *testing.T) {
 	badKey.ID, _ = badKey.ComputeID(nil)
 	escaped := bytes.Replace(raw, []byte(`"content":"hello"`), []byte(`"content":"h\u0065llo"`), 1)
 
-	verify := DefaultVerifier()
+	verify := DefaultVerifiers()()
 	for _, tc := range []struct {
 		name string
 		id   [32]byte

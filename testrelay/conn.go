@@ -29,8 +29,10 @@ type conn struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	// Owned by the reader.
+	// Owned by the reader; subs is also read by Add's live delivery,
+	// under subsMu.
 	authed bool
+	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
 
@@ -41,7 +43,14 @@ type conn struct {
 }
 
 // sub is an open subscription; CLOSE (or a REQ reusing its id) cancels it.
-type sub struct{ cancelled atomic.Bool }
+// Once its stored events and EOSE are out, events added to the relay that
+// match its filters are delivered live.
+type sub struct {
+	cancelled atomic.Bool
+	live      atomic.Bool
+	filters   []filter
+	subJSON   []byte
+}
 
 // job is one unit of the writer's work, in arrival order: a ready frame,
 // or a REQ or COUNT to answer.
@@ -99,6 +108,8 @@ func (c *conn) shutdown() {
 // release gives back the reader's share of the relay-wide counts once the
 // reader has returned.
 func (c *conn) release() {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
 	c.r.openSubs.Add(-int64(len(c.subs)))
 	clear(c.subs)
 }
@@ -211,7 +222,51 @@ func (c *conn) serve(j job) error {
 		return err
 	}
 	c.r.st.pages.Add(1)
+	j.sub.live.Store(true)
 	return nil
+}
+
+// deliver queues items that match a live subscription of c, as a relay
+// pushes new events to open subscriptions after EOSE.
+func (c *conn) deliver(items []Item) {
+	c.subsMu.Lock()
+	var live []*sub
+	for _, s := range c.subs {
+		if s.live.Load() && !s.cancelled.Load() {
+			live = append(live, s)
+		}
+	}
+	c.subsMu.Unlock()
+	for _, s := range live {
+		for i := range items {
+			it := &items[i]
+			if it.Frame || !s.matchesLive(it) {
+				continue
+			}
+			frame := make([]byte, 0, len(it.Raw)+len(s.subJSON)+12)
+			frame = append(frame, `["EVENT",`...)
+			frame = append(frame, s.subJSON...)
+			frame = append(frame, ',')
+			frame = append(frame, it.Raw...)
+			c.enqueue(job{frame: append(frame, ']')})
+		}
+	}
+}
+
+func (s *sub) matchesLive(it *Item) bool {
+	for i := range s.filters {
+		f := &s.filters[i]
+		if (f.since != nil && it.CreatedAt < *f.since) || (f.until != nil && it.CreatedAt > *f.until) {
+			continue
+		}
+		if f.ids != nil && !slices.Contains(f.ids, it.ID) {
+			continue
+		}
+		if f.matchesRest(it) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendFrameHeader appends the header of an unmasked, final text frame
@@ -352,6 +407,8 @@ func (c *conn) handle(data []byte, o *Options) {
 }
 
 func (c *conn) closeSub(id string) {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
 	if s, ok := c.subs[id]; ok {
 		s.cancelled.Store(true)
 		delete(c.subs, id)
@@ -408,7 +465,8 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 		c.refuse("NOTICE", "ERROR: could not process REQ, try again")
 		return
 	}
-	s := &sub{}
+	s := &sub{filters: filters, subJSON: subJSON}
+	c.subsMu.Lock()
 	if replacing {
 		c.subs[id].cancelled.Store(true)
 	} else {
@@ -416,6 +474,7 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	}
 	c.subs[id] = s
 	storeMax(&c.r.st.peakSubsPerConn, int64(len(c.subs)))
+	c.subsMu.Unlock()
 	c.enqueue(job{sub: s, subJSON: subJSON, filters: filters})
 }
 

@@ -120,8 +120,21 @@ func New(opts Options) (*Relay, error) {
 func (r *Relay) URL() string { return r.url }
 
 // Add stores items; it may be called before or while serving. Each call
-// merges into a new snapshot in O(stored+added), so add in batches.
-func (r *Relay) Add(items ...Item) { r.store.add(items) }
+// merges into a new snapshot in O(stored+added), so add in batches. Items
+// matching an open subscription that has had its EOSE are also pushed to
+// it live, as a relay does with newly published events.
+func (r *Relay) Add(items ...Item) {
+	r.store.add(items)
+	r.mu.Lock()
+	conns := make([]*conn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.deliver(items)
+	}
+}
 
 // Len returns the number of stored items.
 func (r *Relay) Len() int { return len(r.store.snap.Load().items) }

@@ -1,0 +1,101 @@
+package crawl
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nostr-archiver/archiver/rawstore"
+	"go.uber.org/zap"
+)
+
+// TailOptions configure a live tail.
+type TailOptions struct {
+	Since   int64         // created_at to start from
+	Overlap time.Duration // on reconnect, resume this long before the newest event seen; default 10m
+	Flush   time.Duration // how often arrived events are committed; default 500ms
+	// MaxBuffered bounds events held between flushes; default 20000.
+	MaxBuffered int
+}
+
+// Tail keeps a subscription to relay open from opts.Since on, storing
+// what arrives, and returns only when ctx ends (nil) or the relay refuses
+// for good (auth-required, blocked:, restricted:). Dropped connections
+// and refusals reconnect with backoff and full jitter, resuming from the
+// newest created_at seen minus the overlap; ids dedup what is fetched
+// twice. Backdated events older than the overlap are not a tail's job:
+// the daemon's periodic catch-up crawl gets them.
+func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) error {
+	url, err := NormalizeURL(relay)
+	if err != nil {
+		return err
+	}
+	if opts.Overlap == 0 {
+		opts.Overlap = 10 * time.Minute
+	}
+	if opts.Flush == 0 {
+		opts.Flush = 500 * time.Millisecond
+	}
+	if opts.MaxBuffered == 0 {
+		opts.MaxBuffered = 20000
+	}
+	idx, err := c.opts.Store.RelayIndex(url)
+	if err != nil {
+		return err
+	}
+	log := c.opts.Logger.With(zap.String("relay", url), zap.String("mode", "tail"))
+	rm := c.opts.Metrics.forRelay(url)
+	r := &relayCrawl{c: c, url: url} // for backoff
+	hwm := opts.Since
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			if err := r.backoff(ctx, min(attempt, 8)); err != nil {
+				return nil
+			}
+		}
+		conn, err := Dial(ctx, url, DialOptions{MaxFrame: c.opts.MaxFrame, DialTimeout: c.opts.DialTimeout, PingInterval: 30 * time.Second})
+		if err != nil {
+			log.Info("tail connect failed", zap.Error(err), zap.Int("attempt", attempt))
+			continue
+		}
+		rm.conns.Inc()
+		since := max(opts.Since, hwm-int64(opts.Overlap/time.Second))
+		f := filterJSON{Kinds: c.opts.Kinds, Since: &since}.bytes()
+		log.Info("tail subscribed", zap.Int64("since", since))
+		page, err := conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, func(items []Item, bad []rawstore.Malformed) error {
+			b := &rawstore.Batch{Relay: idx, Malformed: bad, Events: make([]rawstore.Copy, len(items))}
+			bytes := 0
+			for i, it := range items {
+				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
+				hwm = max(hwm, it.CreatedAt)
+				bytes += len(it.Raw)
+			}
+			rm.events.Add(float64(len(items)))
+			rm.bytes.Add(float64(bytes))
+			if _, err := c.opts.Store.Ingest(b); err != nil {
+				return err
+			}
+			c.opts.OnCommit()
+			attempt = 0 // it works again: start backoff afresh after the next loss
+			return nil
+		})
+		conn.Close()
+		rm.conns.Dec()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			log.Warn("tail stopped", zap.Error(err))
+		case page.End == EndClosed:
+			if act, _ := classify(page.Reason); act == actAuth || act == actGiveUp {
+				return errors.New(page.Reason)
+			}
+			rm.refusal("closed")
+			log.Info("tail closed by relay", zap.String("reason", page.Reason))
+		default:
+			rm.refusal(page.End.String())
+			log.Info("tail interrupted", zap.Stringer("end", page.End), zap.String("reason", page.Reason))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package crawl_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/zap/zaptest"
+)
+
+// A live tail stores what the relay pushes after EOSE, reconnects when the
+// relay drops it, and resumes without losing what was published meanwhile.
+func TestTail(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 5, Events: 1200, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Split the corpus by time: the oldest 400 are history, the rest are
+	// "published" while the tail runs.
+	var items []testrelay.Item
+	items = append(items, f.Items...)
+	history, future := items[len(items)-400:], items[:len(items)-400] // items are newest first
+	relay := startRelay(t, testrelay.Options{}, history)
+	a := openArchive(t)
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour}); err != nil {
+			t.Errorf("tail: %v", err)
+		}
+	}()
+	waitEvents := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if st, _ := a.store.Stats(); st.Events >= n {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		st, _ := a.store.Stats()
+		t.Fatalf("archive holds %d events, want %d", st.Events, n)
+	}
+	waitEvents(int64(len(history)))
+	// Published live, oldest first, in batches; halfway the relay starts
+	// dropping connections.
+	for i := len(future); i > 0; i -= 100 {
+		if i == len(future)/2 {
+			_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 150 })
+		}
+		relay.Add(future[max(0, i-100):i]...)
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitEvents(int64(len(items)))
+	if relay.Stats().Drops == 0 {
+		t.Error("the relay never dropped the tail: reconnection untested")
+	}
+	cancel()
+	wg.Wait()
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
