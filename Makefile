@@ -17,3 +17,9 @@ test: deps lint
 build:
 	$(GO) build -o bin/archiver ./cmd/archiver
 	$(GO) build -o bin/testrelay ./cmd/testrelay
+
+# bench measures the crawl against a loopback relay of 1M events and prints
+# a markdown table (the first run signs the fixture and caches it):
+# make bench BENCHFLAGS="-events 100000 -out bench.md"
+bench:
+	$(GO) run ./cmd/crawlbench $(BENCHFLAGS)

@@ -86,6 +86,7 @@ type Conn struct {
 
 type sub struct {
 	stream   bool // a live tail: EOSE does not end it
+	eose     bool // a stream's stored events are all out
 	id       string
 	page     Page
 	limit    int
@@ -310,13 +311,14 @@ wait:
 }
 
 // Stream sends a REQ that stays open (a live tail) and hands what arrived
-// to fn every flush interval. It returns the ending page (its Items
+// to fn every flush interval, saying whether the relay's EOSE (the end of
+// its stored events, which come newest first) has arrived. It returns the ending page (its Items
 // already handed over) when the relay closes the subscription, the
 // connection goes away, more than maxBuffered events pile up between two
 // flushes (EndOverflow: the caller resumes from its high-water mark), fn
 // fails, or ctx ends.
 func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
-	fn func(items []Item, malformed []rawstore.Malformed) error) (*Page, error) {
+	fn func(items []Item, malformed []rawstore.Malformed, eose bool) error) (*Page, error) {
 	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
 	c.mu.Lock()
 	if c.closeErr != nil {
@@ -334,13 +336,13 @@ func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, m
 	}
 	take := func() error {
 		c.mu.Lock()
-		items, bad := s.page.Items, s.page.Malformed
+		items, bad, eose := s.page.Items, s.page.Malformed, s.eose
 		s.page.Items, s.page.Malformed = nil, nil
 		c.mu.Unlock()
 		if len(items) == 0 && len(bad) == 0 {
 			return nil
 		}
-		return fn(items, bad)
+		return fn(items, bad, eose)
 	}
 	t := time.NewTicker(flush)
 	defer t.Stop()
@@ -465,7 +467,11 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		s.page.Items = append(s.page.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
 		s.page.Bytes += len(data)
 	case m.Label == frame.EOSE:
-		if s != nil && !s.stream {
+		switch {
+		case s == nil:
+		case s.stream:
+			s.eose = true
+		default:
 			c.finishLocked(s, EndEOSE, "")
 		}
 	case m.Label == frame.Closed:

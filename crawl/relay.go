@@ -238,7 +238,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		}
 	}
 	if len(incomplete) > 0 {
-		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v hold events the relay would not split", incomplete)}
+		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v could not be completed or proven complete (see the walls in stats)", incomplete)}
 	}
 	return Result{Relay: r.url, Finish: FinishDrained}
 }

@@ -22,8 +22,8 @@ type TailOptions struct {
 // what arrives, and returns only when ctx ends (nil) or the relay refuses
 // for good (auth-required, blocked:, restricted:). Dropped connections
 // and refusals reconnect with backoff and full jitter, resuming from the
-// newest created_at seen minus the overlap; ids dedup what is fetched
-// twice. Backdated events older than the overlap are not a tail's job:
+// newest created_at seen (once the relay's stored events are all in)
+// minus the overlap; ids dedup what is fetched twice. Backdated events older than the overlap are not a tail's job:
 // the daemon's periodic catch-up crawl gets them.
 func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) error {
 	url, err := NormalizeURL(relay)
@@ -62,13 +62,20 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		since := max(opts.Since, hwm-int64(opts.Overlap/time.Second))
 		f := filterJSON{Kinds: c.opts.Kinds, Since: &since}.bytes()
 		log.Info("tail subscribed", zap.Int64("since", since))
-		page, err := conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, func(items []Item, bad []rawstore.Malformed) error {
+		// The stored events before EOSE come newest first: if the
+		// connection drops among them, the older ones have not come yet,
+		// so the resume point moves only once EOSE has arrived.
+		var replayMax int64
+		page, err := conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, func(items []Item, bad []rawstore.Malformed, eose bool) error {
 			b := &rawstore.Batch{Relay: idx, Malformed: bad, Events: make([]rawstore.Copy, len(items))}
 			bytes := 0
 			for i, it := range items {
 				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
-				hwm = max(hwm, it.CreatedAt)
+				replayMax = max(replayMax, it.CreatedAt)
 				bytes += len(it.Raw)
+			}
+			if eose {
+				hwm = max(hwm, replayMax)
 			}
 			rm.events.Add(float64(len(items)))
 			rm.bytes.Add(float64(bytes))

@@ -1,7 +1,9 @@
 package crawl_test
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,9 +23,9 @@ func TestTail(t *testing.T) {
 	}
 	// Split the corpus by time: the oldest 400 are history, the rest are
 	// "published" while the tail runs.
-	var items []testrelay.Item
-	items = append(items, f.Items...)
-	history, future := items[len(items)-400:], items[:len(items)-400] // items are newest first
+	items := slices.Clone(f.Items)
+	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	history, future := items[:400], items[400:]
 	relay := startRelay(t, testrelay.Options{}, history)
 	a := openArchive(t)
 	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
@@ -32,6 +34,7 @@ func TestTail(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() }) // before the store closes, even on failure
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -54,11 +57,11 @@ func TestTail(t *testing.T) {
 	waitEvents(int64(len(history)))
 	// Published live, oldest first, in batches; halfway the relay starts
 	// dropping connections.
-	for i := len(future); i > 0; i -= 100 {
-		if i == len(future)/2 {
-			_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 150 })
+	for i := 0; i < len(future); i += 100 {
+		if i == 400 {
+			_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 500 }) // more than a reconnect replays
 		}
-		relay.Add(future[max(0, i-100):i]...)
+		relay.Add(future[i:min(i+100, len(future))]...)
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitEvents(int64(len(items)))

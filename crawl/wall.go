@@ -19,10 +19,15 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	w := wallSplit{second: second, ids: map[[32]byte]bool{}, kinds: map[int]map[string]bool{}}
 	// The whole second once, to learn its kinds (the page that found the
 	// wall may have been from a wider filter).
-	if _, err := w.query(ctx, r, wallQuery{}); err != nil {
+	full, err := w.query(ctx, r, wallQuery{})
+	if err != nil {
 		return err
 	}
 	report := WallReport{Second: second, Method: "kind", Complete: true}
+	// The kinds (and below, the authors of a kind) come from full pages,
+	// which may not show them all: REQ cannot list what it never returned,
+	// so a split of a full page covers the second only if COUNT says so.
+	enumerated := !full
 	queue := make([]wallQuery, 0, len(w.kinds))
 	for _, k := range sortedKeys(w.kinds) {
 		queue = append(queue, wallQuery{kind: k, byKind: true})
@@ -56,11 +61,16 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	if r.count {
 		if n, ok := r.countSecond(ctx, second); ok {
 			report.Count = n
+			enumerated = true
 			if n > int64(report.Events) {
 				report.Complete = false
 				report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", n, report.Events))
 			}
 		}
+	}
+	if !enumerated {
+		report.Complete = false
+		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and the relay answers no COUNT")
 	}
 	r.log.Info("wall", zap.Int64("second", second), zap.Int("events", report.Events),
 		zap.Bool("complete", report.Complete), zap.String("method", report.Method), zap.Strings("unsplit", report.Unsplit))

@@ -2,7 +2,7 @@
 // object a relay sends, the canonical serialization whose sha256 is the
 // event id, and the compact JSON form the archive exports.
 //
-// Parsing here is the slow, exact path used off the receive loop (by the
+// Parsing here is the exact path used off the receive loop (by the
 // lazy verify pool and by the frame scanner when it is unsure). The receive
 // path itself never parses JSON: see package frame.
 package event

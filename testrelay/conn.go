@@ -56,6 +56,7 @@ type sub struct {
 // or a REQ or COUNT to answer.
 type job struct {
 	frame   []byte
+	event   bool   // frame is a live EVENT: it counts toward DropEvery
 	sub     *sub   // REQ
 	count   bool   // COUNT
 	subJSON []byte // the subscription id as a JSON string
@@ -148,7 +149,17 @@ func (c *conn) writeLoop() {
 func (c *conn) do(j job) error {
 	switch {
 	case j.frame != nil:
-		return c.write(appendFrame(c.buf[:0], j.frame))
+		if err := c.write(appendFrame(c.buf[:0], j.frame)); err != nil {
+			return err
+		}
+		if j.event {
+			c.sent++
+			c.r.st.events.Add(1)
+			if o := c.r.options(); o.DropEvery > 0 && c.sent >= o.DropEvery {
+				return errDropped
+			}
+		}
+		return nil
 	case j.count:
 		o := c.r.options()
 		n := c.r.store.snap.Load().count(j.filters, o.IgnoreUntil)
@@ -184,6 +195,9 @@ func (c *conn) serve(j job) error {
 	if j.sub.cancelled.Load() {
 		return nil
 	}
+	// Live from before the snapshot: an event added meanwhile is queued
+	// behind this page (maybe twice; clients dedup), never missed.
+	j.sub.live.Store(true)
 	snap := c.r.store.snap.Load()
 	pos := c.pos[:0]
 	for i := range j.filters {
@@ -222,7 +236,6 @@ func (c *conn) serve(j job) error {
 		return err
 	}
 	c.r.st.pages.Add(1)
-	j.sub.live.Store(true)
 	return nil
 }
 
@@ -248,7 +261,7 @@ func (c *conn) deliver(items []Item) {
 			frame = append(frame, s.subJSON...)
 			frame = append(frame, ',')
 			frame = append(frame, it.Raw...)
-			c.enqueue(job{frame: append(frame, ']')})
+			c.enqueue(job{frame: append(frame, ']'), event: true})
 		}
 	}
 }

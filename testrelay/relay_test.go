@@ -613,8 +613,8 @@ func TestAddWhileServing(t *testing.T) {
 		t.Fatalf("%d events", len(p.events))
 	}
 	more := synth(20, func(i int) int64 { return int64(50 + i) })[10:] // new ids, older seconds
-	r.Add(more...)
-	p := c.req("a", map[string]any{})
+	r.Add(more...)                                                     // also pushed live to "a"; a fresh connection sees only stored events
+	p := dial(t, r.URL()).req("b", map[string]any{})
 	evs := decodeEvents(t, p.events)
 	newestFirst(t, evs)
 	if len(evs) != 20 || r.Len() != 20 {

@@ -1,0 +1,421 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// fieldKeys flattens a joined error into the keys of its FieldErrors and
+// fails the test on any other kind of leaf.
+func fieldKeys(t *testing.T, err error) []string {
+	t.Helper()
+	var keys []string
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("error %q is not a *FieldError", err)
+			return
+		}
+		keys = append(keys, fe.Key)
+	}
+	if err != nil {
+		walk(err)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestParseFiles(t *testing.T) {
+	for _, tc := range []struct {
+		file     string
+		wantKeys []string // keys of the FieldErrors; nil: valid
+	}{
+		{file: "full.toml"},
+		{file: "minimal.toml"},
+		{file: "nats_only.toml"},
+		{file: "bad_values.toml", wantKeys: []string{
+			"data_dir",
+			"limits.max_connections",
+			"limits.max_connections_per_relay",
+			"limits.max_frame_bytes",
+			"limits.max_inflight_per_conn",
+			"limits.page_timeout",
+			"limits.stop_timeout",
+			"limits.verify_workers",
+			"listen",
+			"log_level",
+			"nats.max_concurrent_jobs",
+			"nats.password",
+			"nats.stream",
+			"nats.subject_prefix",
+			"nats.tls_cert",
+			"nats.url", "nats.url",
+			"relay[0].url",
+			"relay[1].url",
+			"relay[2].url",
+			"relay[3].authors[0]", "relay[3].authors[1]",
+			"relay[3].kinds[1]", "relay[3].kinds[2]",
+			"relay[3].until",
+			"relay[4].catchup_interval",
+			"relay[4].tail_overlap",
+			"relay[4].until",
+		}},
+		{file: "unknown_keys.toml", wantKeys: []string{
+			"Limits", "Log_Level", "dta_dir", "extra", "limits.max_conections", "nats.passwrd", "relay[1].lve",
+		}},
+		{file: "duplicate_relays.toml", wantKeys: []string{"relay[2].url"}},
+		{file: "nats_auth_conflict.toml", wantKeys: []string{"nats"}},
+		{file: "explicit_zero.toml", wantKeys: []string{"relay[0].catchup_interval"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Parse(data)
+			if got := fieldKeys(t, err); !slices.Equal(got, tc.wantKeys) {
+				t.Errorf("error keys\n got %q\nwant %q\nerror:\n%v", got, tc.wantKeys, err)
+			}
+			if (c == nil) != (tc.wantKeys != nil) {
+				t.Errorf("config %v with error %v", c, err)
+			}
+		})
+	}
+}
+
+// Messages name the key, quote the value and say what is wanted.
+func TestErrorMessages(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"bad_values.toml", `relay[1].url: "ftp://x": scheme must be ws or wss`},
+		{"bad_values.toml", `limits.max_frame_bytes: 1KiB: must be between 64KiB and 64MiB`},
+		{"bad_values.toml", `relay[3].kinds[1]: 70000: must be between 0 and 65535`},
+		{"unknown_keys.toml", `relay[1].lve: unknown key`},
+		{"duplicate_relays.toml", `relay[2].url: "relay.EXAMPLE.com/": same relay as relay[0]`},
+		{"nats_auth_conflict.toml", "nats: conflicting authentication: credentials in nats.url, " +
+			"nats.user/nats.password, nats.token, nats.nkey_seed_file, nats.creds_file; set at most one"},
+	} {
+		data, err := os.ReadFile(filepath.Join("testdata", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Parse(data)
+		if err == nil || !slices.Contains(strings.Split(err.Error(), "\n"), tc.want) {
+			t.Errorf("%s: no line %q in\n%v", tc.file, tc.want, err)
+		}
+	}
+	_, err := Parse([]byte("bogus = 1\n[[relay]]\nurl = \"x\""))
+	if !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("unknown key error %v is not ErrUnknownKey", err)
+	}
+}
+
+func TestFull(t *testing.T) {
+	data, err := os.ReadFile("testdata/full.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		DataDir:  "/srv/archive",
+		Listen:   "[::1]:9000",
+		LogLevel: "debug",
+		Limits: Limits{
+			MaxConnections:         128,
+			MaxConnectionsPerRelay: 8,
+			MaxInflightPerConn:     2,
+			VerifyWorkers:          3,
+			MaxFrameBytes:          16 * MiB,
+			PageTimeout:            Duration(30 * time.Second),
+			MinFreeDiskBytes:       5 * GiB,
+			StopTimeout:            Duration(2 * time.Minute),
+		},
+		Relays: []Relay{{
+			URL:             "wss://relay.example.com",
+			Since:           1700000000,
+			Until:           1717200000,
+			Kinds:           []int{0, 1, 3, 30023},
+			Authors:         []string{"3bf0c63fcb93463407af97a5e5ee64fa883d107ef9e558472c4eb9aaaefa459d"},
+			Live:            false,
+			CatchupInterval: Duration(30 * time.Minute),
+			TailOverlap:     Duration(5 * time.Minute),
+		}, {
+			URL:             "wss://nos.lol",
+			Since:           1672531200, // a TOML local date is midnight UTC
+			Live:            true,
+			CatchupInterval: Duration(2 * time.Hour),
+			TailOverlap:     Duration(10 * time.Minute),
+		}, {
+			URL:             "ws://127.0.0.1:7777/path",
+			Since:           1704103200, // 12:00+02:00
+			Live:            true,
+			CatchupInterval: Duration(time.Hour),
+			TailOverlap:     0, // set explicitly: not replaced by the default
+		}},
+		NATS: &NATS{
+			URL:                 "tls://nats-1.internal:4222, tls://nats-2.internal:4222",
+			Stream:              "JOBS",
+			SubjectPrefix:       "archiver.eu",
+			CredsFile:           "/etc/archiver/nats.creds",
+			TLSCA:               "/etc/archiver/ca.pem",
+			TLSCert:             "/etc/archiver/client.pem",
+			TLSKey:              "/etc/archiver/client.key",
+			AllowPrivateTargets: true,
+			MaxConcurrentJobs:   8,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("full.toml\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestMinimal(t *testing.T) {
+	got, err := Parse([]byte("[[relay]]\nurl = \"relay.damus.io\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Defaults()
+	r := DefaultRelay()
+	r.URL = "wss://relay.damus.io"
+	want.Relays = []Relay{r}
+	if !reflect.DeepEqual(*got, want) {
+		t.Errorf("got %+v\nwant %+v", *got, want)
+	}
+	n, err := Parse([]byte("[nats]\nurl = \"x\""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNATS := DefaultNATS()
+	wantNATS.URL = "x"
+	if !reflect.DeepEqual(*n.NATS, wantNATS) {
+		t.Errorf("nats: got %+v, want %+v", *n.NATS, wantNATS)
+	}
+}
+
+// Decoding errors stop at the first one and name the key and line.
+func TestDecodeErrors(t *testing.T) {
+	for _, tc := range []struct{ name, toml, want string }{
+		{"integer duration", "[limits]\npage_timeout = 15", `"limits.page_timeout"`},
+		{"bad duration", "[limits]\nstop_timeout = \"soon\"", `"limits.stop_timeout"`},
+		{"bad size unit", "[limits]\nmax_frame_bytes = \"8 MB/s\"", `"limits.max_frame_bytes"`},
+		{"negative size", "[limits]\nmin_free_disk_bytes = -1", `"limits.min_free_disk_bytes"`},
+		{"size overflow", "[limits]\nmin_free_disk_bytes = \"99999999999TiB\"", "overflows"},
+		{"local datetime", "[[relay]]\nurl = \"x\"\nsince = 2024-01-01T00:00:00", "no UTC offset"},
+		{"relative time", "[[relay]]\nurl = \"x\"\nsince = \"30d\"", `"relay.since"`},
+		{"negative time", "[[relay]]\nurl = \"x\"\nsince = -5", "negative"},
+		{"pre-1970 time", "[[relay]]\nurl = \"x\"\nsince = 1969-12-31T00:00:00Z", "before 1970"},
+		{"wrong type", "listen = 9477", "listen"},
+		{"relay as a table", "[relay]\nurl = \"x\"", "relay"},
+		{"syntax", "data_dir = ", "line 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.toml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v does not mention %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTimestampForms(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want Timestamp
+	}{
+		{"1700000000", 1700000000},
+		{`"2023-11-14T22:13:20Z"`, 1700000000},
+		{"2023-11-14T23:13:20+01:00", 1700000000},
+		{`"2023-11-14"`, 1699920000},
+		{"2023-11-14", 1699920000},
+	} {
+		var v struct {
+			T Timestamp `toml:"t"`
+		}
+		if _, err := toml.Decode("t = "+tc.v, &v); err != nil || v.T != tc.want {
+			t.Errorf("t = %s: got %d, %v; want %d", tc.v, v.T, err, tc.want)
+		}
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+		str  string
+	}{
+		{"65536", 64 * KiB, "64KiB"},
+		{"8MiB", 8 * MiB, "8MiB"},
+		{" 1 gib ", GiB, "1GiB"},
+		{"500MB", 500e6, "500000000B"},
+		{"1000", 1000, "1000B"},
+		{"3TiB", 3 * TiB, "3TiB"},
+		{"0B", 0, "0B"},
+	} {
+		got, err := ParseByteSize(tc.in)
+		if err != nil || got != tc.want || got.String() != tc.str {
+			t.Errorf("ParseByteSize(%q) = %d (%v), %v; want %d (%s)", tc.in, got, got, err, tc.want, tc.str)
+		}
+	}
+	for _, in := range []string{"", "MiB", "1.5GiB", "-1", "8 MiB/s", "1e6", "18446744073709551616"} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "archiver.toml")
+	if err := os.WriteFile(file, []byte(`
+data_dir = "/from/file"
+listen = "127.0.0.1:1"
+[[relay]]
+url = "wss://file.example"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("file only", func(t *testing.T) {
+		c, err := Load(file, Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.DataDir != "/from/file" || len(c.Relays) != 1 || c.NATS != nil {
+			t.Errorf("got %+v", c)
+		}
+	})
+	t.Run("flags override the file", func(t *testing.T) {
+		c, err := Load(file, Overrides{
+			DataDir:  "/from/flag",
+			LogLevel: "warn",
+			Relays:   []string{"ws://Flag.example:8080/"},
+			NATSURL:  "nats://q:4222",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.DataDir != "/from/flag" || c.Listen != "127.0.0.1:1" || c.LogLevel != "warn" {
+			t.Errorf("top level: %+v", c)
+		}
+		urls := []string{}
+		for _, r := range c.Relays {
+			urls = append(urls, r.URL)
+		}
+		if want := []string{"wss://file.example", "ws://flag.example:8080"}; !slices.Equal(urls, want) {
+			t.Errorf("relays %q, want %q", urls, want)
+		}
+		if !c.Relays[1].Live || c.Relays[1].CatchupInterval != DefaultRelay().CatchupInterval {
+			t.Errorf("--relay has no defaults: %+v", c.Relays[1])
+		}
+		want := DefaultNATS()
+		want.URL = "nats://q:4222"
+		if c.NATS == nil || *c.NATS != want {
+			t.Errorf("--nats: %+v", c.NATS)
+		}
+	})
+	t.Run("no file", func(t *testing.T) {
+		c, err := Load("", Overrides{DataDir: "d", Listen: "127.0.0.1:0", Relays: []string{"a.example"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.DataDir != "d" || c.Listen != "127.0.0.1:0" || c.Relays[0].URL != "wss://a.example" {
+			t.Errorf("got %+v", c)
+		}
+	})
+	t.Run("no file nothing to do", func(t *testing.T) {
+		_, err := Load("", Overrides{})
+		if got := fieldKeys(t, errors.Unwrap(err)); !slices.Equal(got, []string{"relay"}) {
+			t.Errorf("keys %q, error %v", got, err)
+		}
+	})
+	t.Run("flag duplicates the file", func(t *testing.T) {
+		_, err := Load(file, Overrides{Relays: []string{"file.example"}})
+		if err == nil || !strings.HasPrefix(err.Error(), file+": invalid configuration:\nrelay[1].url: ") {
+			t.Errorf("error %v", err)
+		}
+	})
+	t.Run("missing file", func(t *testing.T) {
+		if _, err := Load(filepath.Join(dir, "nope.toml"), Overrides{}); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("error %v", err)
+		}
+	})
+}
+
+// An encoded Config decodes back to itself: the types' text forms and the
+// relay defaults (explicit false and 0s) survive a round trip.
+func TestRoundTrip(t *testing.T) {
+	for _, file := range []string{"full.toml", "minimal.toml", "nats_only.toml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, c)
+	}
+}
+
+func roundTrip(t *testing.T, c *Config) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(buf.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.Bytes())
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip\n got %+v\nwant %+v\n%s", back, c, buf.Bytes())
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	if got := (Limits{VerifyWorkers: 3}).Workers(); got != 3 {
+		t.Errorf("Workers() = %d, want 3", got)
+	}
+	if got := (Limits{}).Workers(); got < 1 {
+		t.Errorf("Workers() of 0 = %d, want the CPU count", got)
+	}
+}
+
+// FuzzParse: Parse never panics, and whatever it accepts survives an
+// encode/decode round trip.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.toml")
+	files = append(files, "../configs/archiver.toml")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		roundTrip(t, c)
+	})
+}
