@@ -50,6 +50,13 @@ type Options struct {
 	BackoffMax                time.Duration // default 30s
 	HTTPClient                *http.Client  // for NIP-11; default a client with a 10s timeout
 
+	// ConnLimiter, if set, is the MaxConns budget shared with other
+	// crawlers (the daemon runs one per relay); else the crawler has its own.
+	ConnLimiter *semaphore.Weighted
+	// Pause, if set, is called before every REQ and every tail commit and
+	// blocks while crawling must wait (e.g. the disk is nearly full); it
+	// returns ctx's error if ctx ends meanwhile.
+	Pause func(ctx context.Context) error
 	// Metrics, if set, receives the crawl's metrics (see NewMetrics).
 	Metrics *Metrics
 	// OnCommit is called after each batch is durable (e.g. to wake the
@@ -109,6 +116,9 @@ func (o *Options) setDefaults() {
 			DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment,
 		}}
 	}
+	if o.Pause == nil {
+		o.Pause = func(context.Context) error { return nil }
+	}
 	if o.OnCommit == nil {
 		o.OnCommit = func() {}
 	}
@@ -157,7 +167,11 @@ func New(opts Options) (*Crawler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Crawler{opts: opts, conns: semaphore.NewWeighted(int64(opts.MaxConns))}, nil
+	c := &Crawler{opts: opts, conns: opts.ConnLimiter}
+	if c.conns == nil {
+		c.conns = semaphore.NewWeighted(int64(opts.MaxConns))
+	}
+	return c, nil
 }
 
 // acquireConn takes one of the MaxConns connection slots. A relay's first

@@ -62,6 +62,9 @@ func (r *relayCrawl) release(s shard.Shard) {
 
 // fetch sends one REQ on a pooled connection.
 func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn, error) {
+	if err := r.c.opts.Pause(ctx); err != nil {
+		return nil, nil, err
+	}
 	pc, err := r.conns.acquire(ctx)
 	if err != nil {
 		if errors.Is(err, errUnreachable) {

@@ -77,6 +77,9 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			if eose {
 				hwm = max(hwm, replayMax)
 			}
+			if err := c.opts.Pause(ctx); err != nil {
+				return err
+			}
 			rm.events.Add(float64(len(items)))
 			rm.bytes.Add(float64(bytes))
 			if _, err := c.opts.Store.Ingest(b); err != nil {

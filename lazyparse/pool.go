@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nostr-archiver/archiver/event"
@@ -80,7 +81,8 @@ type Pool struct {
 	opts      Options
 	verifiers []Verifier
 	wake      chan struct{}
-	last      uint64 // highest queue seq applied
+	last      uint64       // highest queue seq applied
+	alive     atomic.Int64 // unix nanos of Run's latest loop, for a watchdog
 }
 
 // New builds a pool; it does nothing until Run or Drain.
@@ -104,9 +106,19 @@ func (p *Pool) Notify() {
 	}
 }
 
+// Alive returns when Run last went round its loop (zero if it never ran):
+// a watchdog's proof that verification is not stuck.
+func (p *Pool) Alive() time.Time {
+	if n := p.alive.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // Run verifies until ctx is done.
 func (p *Pool) Run(ctx context.Context) error {
 	for {
+		p.alive.Store(time.Now().UnixNano())
 		n, err := p.step()
 		if err != nil {
 			return err

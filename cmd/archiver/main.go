@@ -10,6 +10,7 @@ import (
 const usage = `archiver: archive Nostr relays completely.
 
 Usage:
+  archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...]
   archiver crawl     [--data DIR] [--since T] [--until T] [--no-verify] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
@@ -24,6 +25,7 @@ func main() {
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) int{
+		"run":       runDaemon,
 		"crawl":     runCrawl,
 		"reprocess": runReprocess,
 		"export":    runExport,

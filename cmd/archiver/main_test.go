@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/status"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
@@ -188,14 +189,14 @@ func TestCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep statsReport
+	var rep status.Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, out)
 	}
 	if rep.Valid != int64(len(f.Valid)) || rep.Pending != 0 || rep.InvalidCopies["id-mismatch"] != 6 || rep.InvalidCopies["bad-sig"] != 4 {
 		t.Fatalf("stats: %s", out)
 	}
-	var rel *relayReport
+	var rel *status.Relay
 	for i := range rep.Relays {
 		if rep.Relays[i].URL == r.URL() {
 			rel = &rep.Relays[i]
@@ -210,7 +211,7 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("reprocess: %v\n%s", err, out)
 	}
 	out2, _ := archiver("stats", "--data", data, "--json").Output()
-	var rep2 statsReport
+	var rep2 status.Report
 	_ = json.Unmarshal(out2, &rep2)
 	if rep2.Valid != rep.Valid || rep2.Invalid != rep.Invalid || rep2.Pending != 0 {
 		t.Fatalf("after reprocess --all: valid %d invalid %d pending %d; before %d %d", rep2.Valid, rep2.Invalid, rep2.Pending, rep.Valid, rep.Invalid)

@@ -7,47 +7,9 @@ import (
 	"os"
 	"sort"
 
-	"github.com/nostr-archiver/archiver/crawl"
-	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
-
-// statsReport is what `archiver stats --json` prints.
-type statsReport struct {
-	rawstore.Stats
-	Relays []relayReport `json:"relays"`
-}
-
-type relayReport struct {
-	URL      string           `json:"url"`
-	Counters map[string]int64 `json:"counters"`
-	crawl.RelayRecord
-}
-
-func collectStats(store *rawstore.Store) (*statsReport, error) {
-	st, err := store.Stats()
-	if err != nil {
-		return nil, err
-	}
-	rep := &statsReport{Stats: st}
-	rels, err := store.Relays()
-	if err != nil {
-		return nil, err
-	}
-	for _, rel := range rels {
-		rr := relayReport{URL: rel.URL}
-		if len(rel.Record) > 0 {
-			if err := json.Unmarshal(rel.Record, &rr.RelayRecord); err != nil {
-				return nil, fmt.Errorf("relay %s record: %w", rel.URL, err)
-			}
-		}
-		if rr.Counters, err = store.RelayCounters(rel.Index); err != nil {
-			return nil, err
-		}
-		rep.Relays = append(rep.Relays, rr)
-	}
-	return rep, nil
-}
 
 func runStats(args []string) int {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
@@ -67,7 +29,7 @@ func runStats(args []string) int {
 		return 1
 	}
 	defer store.Close()
-	rep, err := collectStats(store)
+	rep, err := status.Collect(store)
 	if err != nil {
 		log.Error("stats", zap.Error(err))
 		return 1

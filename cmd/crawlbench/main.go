@@ -1,0 +1,411 @@
+// Command crawlbench measures the archiver's crawl against a loopback test
+// relay holding a million events, and prints a markdown table for the
+// README:
+//
+//	(a) a raw reader in this process (page, scan id and created_at, count):
+//	    the relay's serving limit, at 1x1 and at the concurrency (c) chose;
+//	(b) `archiver crawl --no-verify` held to one connection, one REQ;
+//	(c) `archiver crawl --no-verify` with the adaptive controller;
+//	(d) `archiver reprocess` of (c)'s archive: lazy verification;
+//	(e) a plain btcec Schnorr verify loop, one goroutine.
+//
+// The relay and the archiver run as child processes, so each one's memory
+// is its own: peak RSS comes from the kernel's rusage of the archiver.
+// The first run signs the fixture (about a minute per million events on
+// two cores) and caches it; later runs load it.
+//
+//	go run ./cmd/crawlbench                 # 1M events
+//	go run ./cmd/crawlbench -events 100000  # a quick run
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nostr-archiver/archiver/nip11"
+)
+
+// The archiver's crawl flags per scenario, in one place. The fixed run
+// pins the controller to one connection with one REQ in flight; the
+// adaptive run takes the defaults. --log-level debug makes the archiver
+// log each page, which is how crawlbench follows its progress (a few
+// thousand lines per million events).
+var (
+	crawlCommon  = []string{"--log-level", "debug", "--no-verify"}
+	fixedArgs    = []string{"--conns", "1", "--inflight", "1", "--start-conns", "1", "--start-inflight", "1"}
+	adaptiveArgs = []string{}
+)
+
+// config is crawlbench's flags.
+type config struct {
+	events       int
+	seed         uint64
+	cache        string
+	src          string
+	limit        int
+	rawConns     int
+	rawInflight  int
+	verifyEvents int
+	crawlArgs    string
+	out          string
+	keep         bool
+	verbose      bool
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			fmt.Fprintln(os.Stderr, "crawlbench: interrupted")
+		case !errors.Is(err, flag.ErrHelp):
+			fmt.Fprintln(os.Stderr, "crawlbench:", err)
+		}
+		stop()
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	cacheDir, err := os.UserCacheDir()
+	if err != nil {
+		cacheDir = os.TempDir()
+	}
+	fs := flag.NewFlagSet("crawlbench", flag.ContinueOnError)
+	fs.IntVar(&c.events, "events", 1_000_000, "events the relay serves")
+	fs.Uint64Var(&c.seed, "seed", 1, "fixture seed")
+	fs.StringVar(&c.cache, "fixture-cache", filepath.Join(cacheDir, "archiver-bench"), "directory caching signed fixtures across runs")
+	fs.StringVar(&c.src, "src", "", "archiver module directory to build from (default: the module of the working directory)")
+	fs.IntVar(&c.limit, "limit", 0, "raw reader's page limit (0: the relay's NIP-11 max_limit, else 500, as the archiver picks)")
+	fs.IntVar(&c.rawConns, "raw-conns", 0, "raw reader's connections for the comparison with (c) (0: what (c) settled on)")
+	fs.IntVar(&c.rawInflight, "raw-inflight", 0, "raw reader's REQs in flight per connection (0: what (c) settled on)")
+	fs.IntVar(&c.verifyEvents, "verify-events", 20_000, "events of the btcec verify baseline")
+	fs.StringVar(&c.crawlArgs, "crawl-args", "", "extra `archiver crawl` flags for both archiver runs, space-separated")
+	fs.StringVar(&c.out, "out", "", "also write the markdown report to this file")
+	fs.BoolVar(&c.keep, "keep", false, "keep the binaries and archives (their directory is printed)")
+	fs.BoolVar(&c.verbose, "v", false, "echo and report every concurrency decision of the adaptive run")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.events < 1 || c.verifyEvents < 1 || c.limit < 0 || c.rawConns < 0 || c.rawInflight < 0 {
+		return c, errors.New("-events and -verify-events must be positive; -limit, -raw-conns and -raw-inflight not negative")
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	c, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	if c.src == "" {
+		if c.src, err = moduleRoot(ctx); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "crawlbench-")
+	if err != nil {
+		return err
+	}
+	if c.keep {
+		fmt.Fprintln(os.Stderr, "crawlbench: keeping", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+
+	progress("building archiver and testrelay")
+	archiver, relayBin, err := buildBinaries(ctx, c.src, tmp)
+	if err != nil {
+		return err
+	}
+	progress("starting testrelay with %d events (the first run signs them and caches them in %s)", c.events, c.cache)
+	relayStart := time.Now()
+	relay, err := startRelay(ctx, relayBin, "-listen", "127.0.0.1:0", "-events", strconv.Itoa(c.events),
+		"-seed", strconv.FormatUint(c.seed, 10), "-fixture-cache", c.cache)
+	if err != nil {
+		return err
+	}
+	defer relay.Stop()
+	progress("relay %s ready in %v", relay.URL, time.Since(relayStart).Round(time.Second))
+
+	b := &bench{cfg: c, archiver: archiver, relay: relay.URL, tmp: tmp, n: int64(c.events)}
+	rep, err := b.run(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writeReport(os.Stdout, rep); err != nil {
+		return err
+	}
+	if c.out != "" {
+		f, err := os.Create(c.out)
+		if err != nil {
+			return err
+		}
+		if err := writeReport(f, rep); err != nil {
+			_ = f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	return nil
+}
+
+// bench runs the scenarios against one relay.
+type bench struct {
+	cfg      config
+	archiver string
+	relay    string
+	tmp      string
+	n        int64 // events the relay serves
+}
+
+func (b *bench) run(ctx context.Context) (report, error) {
+	load0 := loadAvg()
+	limit, err := b.pageLimit(ctx)
+	if err != nil {
+		return report{}, err
+	}
+	oldest, newest, err := probeRange(ctx, b.relay, 30*time.Second)
+	if err != nil {
+		return report{}, fmt.Errorf("probe the relay's range: %w", err)
+	}
+	progress("relay serves created_at %d..%d, page limit %d", oldest, newest, limit)
+
+	fixed, _, err := b.crawl(ctx, "(b) archiver 1x1", "fixed", fixedArgs)
+	if err != nil {
+		return report{}, err
+	}
+	adaptive, cLog, err := b.crawl(ctx, "(c) archiver adaptive", "adaptive", adaptiveArgs)
+	if err != nil {
+		return report{}, err
+	}
+	settled, changed := cLog.Last()
+	if changed {
+		adaptive.Concurrency = fmt.Sprintf("%dx%d (last of %d changes)", settled.Conns, settled.Inflight, len(cLog.Changes()))
+	} else {
+		adaptive.Concurrency = "start values (no change logged)"
+	}
+
+	k, m := b.cfg.rawConns, b.cfg.rawInflight
+	if k == 0 {
+		k = max(1, settled.Conns)
+	}
+	if m == 0 {
+		m = max(1, settled.Inflight)
+	}
+	rawOpts := rawOptions{URL: b.relay, Limit: limit, Since: oldest, Until: newest, PageTimeout: 30 * time.Second}
+	raw1, frameBytes, err := b.raw(ctx, rawOpts, 1, 1)
+	if err != nil {
+		return report{}, err
+	}
+	rawK, _, err := b.raw(ctx, rawOpts, k, m)
+	if err != nil {
+		return report{}, err
+	}
+	fixed.Bytes, adaptive.Bytes = frameBytes, frameBytes
+
+	verify, poolN, poolTime, err := b.reprocess(ctx)
+	if err != nil {
+		return report{}, err
+	}
+	progress("btcec verify baseline over %d events", b.cfg.verifyEvents)
+	base, err := verifyBaseline(b.cfg.verifyEvents, b.cfg.seed, b.cfg.cache)
+	if err != nil {
+		return report{}, fmt.Errorf("verify baseline: %w", err)
+	}
+	baseRow := row{Scenario: "(e) btcec verify baseline", Events: int64(base.Events), Elapsed: base.Elapsed, CPU: base.CPU, Concurrency: "1 goroutine"}
+
+	procs := runtime.GOMAXPROCS(0)
+	perCore := verify.rate() / float64(procs)
+	rep := report{
+		Header: []string{
+			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process; %s, %s, GOMAXPROCS %d.",
+				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, cpuModel(), runtime.Version(), procs),
+		},
+		Rows: []row{raw1, rawK, fixed, adaptive, verify, baseRow},
+		Notes: []string{
+			fmt.Sprintf("- (c)/(a %dx%d): %s of the relay's serving limit at the concurrency (c) settled on; (c)/(a 1x1): %s.",
+				k, m, ratio(adaptive.rate(), rawK.rate()), ratio(adaptive.rate(), raw1.rate())),
+			fmt.Sprintf("- (c)/(b): %s times the one-connection, one-REQ crawl.", ratio(adaptive.rate(), fixed.rate())),
+			fmt.Sprintf("- RSS at ~10%%, ~50%% and the end of the crawl: (b) %s, %s, %s MB; (c) %s, %s, %s MB (goal: no growth past ~100k events, peak <= 256 MB).",
+				mib(fixed.RSS10), mib(fixed.RSS50), mib(fixed.RSSEnd), mib(adaptive.RSS10), mib(adaptive.RSS50), mib(adaptive.RSSEnd)),
+			fmt.Sprintf("- Verify (d): %s events/s wall (process start to exit) = %s events/s per core (/ GOMAXPROCS %d), %s per CPU-second; the pool alone: %s events in %.1f s.",
+				thousands(int64(verify.rate())), thousands(int64(perCore)), procs, thousands(int64(verify.perCPUSecond())), thousands(poolN), poolTime.Seconds()),
+			fmt.Sprintf("- Baseline (e): btcec schnorr.ParsePubKey + ParseSignature + Verify, one goroutine: %s verifies/s wall, %s per CPU-second; (d)/(e) per core: %s wall, %s per CPU-second.",
+				thousands(int64(baseRow.rate())), thousands(int64(baseRow.perCPUSecond())), ratio(perCore, baseRow.rate()), ratio(verify.perCPUSecond(), baseRow.perCPUSecond())),
+			"- events/s = the relay's events / wall seconds of the archiver process (start, crawl, flush, exit). MB/s counts the EVENT frames' bytes as the relay sent them (measured by (a)). CPU s is user + system time of the archiver process (for (a), of crawlbench; for (e), of its thread), so events/CPU s is less sensitive than events/s to other load on the machine. RSS in MiB: peak from the kernel's rusage, the others sampled from /proc every 200 ms.",
+			fmt.Sprintf("- The machine is shared with other work (1-minute load average %s at the start, %s at the end): wall-clock numbers vary between runs.", load0, loadAvg()),
+		},
+	}
+	if b.cfg.verbose {
+		rep.Steps = cLog.Changes()
+	}
+	return rep, nil
+}
+
+// pageLimit is what the archiver pages with: -limit, else the relay's
+// NIP-11 max_limit, else 500.
+func (b *bench) pageLimit(ctx context.Context) (int, error) {
+	if b.cfg.limit > 0 {
+		return b.cfg.limit, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	doc, err := nip11.Fetch(ctx, http.DefaultClient, b.relay)
+	if err == nil && doc.Limitation.MaxLimit > 0 {
+		return doc.Limitation.MaxLimit, nil
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return 500, nil
+}
+
+// crawl runs one archiver crawl into a fresh directory and checks that it
+// stored every event.
+func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string) (row, *crawlLog, error) {
+	data := filepath.Join(b.tmp, dir)
+	args := append([]string{"crawl", "--data", data}, crawlCommon...)
+	args = append(args, scenario...)
+	args = append(args, strings.Fields(b.cfg.crawlArgs)...)
+	args = append(args, b.relay)
+	m, err := runMeasured(ctx, name, b.archiver, args, b.cfg.verbose && dir == "adaptive")
+	if err != nil {
+		return row{}, nil, err
+	}
+	st, err := b.stats(ctx, data)
+	if err != nil {
+		return row{}, nil, err
+	}
+	if st.Events != b.n {
+		return row{}, nil, fmt.Errorf("%s stored %d events, the relay serves %d", name, st.Events, b.n)
+	}
+	r := row{
+		Scenario: name, Events: b.n, Elapsed: m.Elapsed, CPU: m.CPU,
+		PeakRSS: m.PeakRSS, RSS10: m.rssAt(b.n/10, b.n), RSS50: m.rssAt(b.n/2, b.n), RSSEnd: m.RSSEnd(),
+		Concurrency: "1x1 (capped)",
+	}
+	progress("%s: %d events in %.1f s, %.0f events/s, peak RSS %s MB", name, b.n, r.Elapsed.Seconds(), r.rate(), mib(r.PeakRSS))
+	if dir == "fixed" && !b.cfg.keep {
+		// Only (c)'s archive is verified; free the disk.
+		if err := os.RemoveAll(data); err != nil {
+			return row{}, nil, err
+		}
+	}
+	return r, m.Log, nil
+}
+
+// raw runs the raw reader over conns x inflight and checks it read every
+// event; it returns the row and the bytes of the relay's EVENT frames.
+func (b *bench) raw(ctx context.Context, o rawOptions, conns, inflight int) (row, int64, error) {
+	name := fmt.Sprintf("(a) raw reader %dx%d", conns, inflight)
+	progress("%s: %d shards", name, conns*inflight*4)
+	o.Conns, o.Inflight = conns, inflight
+	start := time.Now()
+	o.Progress = func(n int64) {
+		fmt.Fprintf(os.Stderr, "  %s| %5.0fs: %d events read\n", name, time.Since(start).Seconds(), n)
+	}
+	res, err := readRaw(ctx, o)
+	if err != nil {
+		return row{}, 0, err
+	}
+	if res.Events != b.n {
+		return row{}, 0, fmt.Errorf("%s read %d events, the relay serves %d", name, res.Events, b.n)
+	}
+	r := row{Scenario: name, Events: res.Events, Elapsed: res.Elapsed, CPU: res.CPU, Bytes: res.Bytes,
+		Concurrency: fmt.Sprintf("%dx%d", conns, inflight)}
+	progress("%s: %d events (%d boundary repeats) in %d pages, %.1f s, %.0f events/s", name, res.Events, res.Repeats, res.Pages, r.Elapsed.Seconds(), r.rate())
+	return r, res.Bytes, nil
+}
+
+// reprocess verifies (c)'s archive and checks every event got a valid
+// verdict.
+func (b *bench) reprocess(ctx context.Context) (r row, poolN int64, poolTime time.Duration, err error) {
+	data := filepath.Join(b.tmp, "adaptive")
+	m, err := runMeasured(ctx, "(d) verify", b.archiver, []string{"reprocess", "--data", data}, false)
+	if err != nil {
+		return r, 0, 0, err
+	}
+	st, err := b.stats(ctx, data)
+	if err != nil {
+		return r, 0, 0, err
+	}
+	if st.Valid != b.n || st.Pending != 0 {
+		return r, 0, 0, fmt.Errorf("after reprocess: %d valid, %d pending, want %d valid", st.Valid, st.Pending, b.n)
+	}
+	for _, l := range m.Log.Notable() {
+		if n, d, ok := parseReprocess(l); ok {
+			poolN, poolTime = n, d
+		}
+	}
+	r = row{Scenario: "(d) verify: archiver reprocess", Events: b.n, Elapsed: m.Elapsed, CPU: m.CPU, PeakRSS: m.PeakRSS,
+		RSS10: m.rssAt(b.n/10, b.n), RSS50: m.rssAt(b.n/2, b.n), RSSEnd: m.RSSEnd(), Concurrency: fmt.Sprintf("%d workers", runtime.GOMAXPROCS(0))}
+	progress("(d) verify: %d events in %.1f s, %.0f events/s", b.n, r.Elapsed.Seconds(), r.rate())
+	return r, poolN, poolTime, nil
+}
+
+// archiveStats is the part of `archiver stats --json` crawlbench checks.
+type archiveStats struct {
+	Events  int64 `json:"events"`
+	Valid   int64 `json:"valid"`
+	Pending int64 `json:"pending"`
+}
+
+func (b *bench) stats(ctx context.Context, data string) (archiveStats, error) {
+	var st archiveStats
+	out, err := runOutput(ctx, b.archiver, "stats", "--data", data, "--json")
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("archiver stats --json: %w", err)
+	}
+	return st, nil
+}
+
+// cpuModel names the processor, for the report's header.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 64<<10))
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// loadAvg returns the 1-minute load average, "?" if unknown.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "crawlbench: "+format+"\n", args...)
+}

@@ -1,0 +1,248 @@
+// Package daemon is `archiver run`: it keeps the configured relays
+// archived (backfill, then a live tail with a periodic catch-up crawl),
+// verifies what arrives, serves /metrics, /healthz and /status, talks to
+// systemd, pauses when the disk fills up, and picks up new relays on
+// reload.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nostr-archiver/archiver/config"
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/diskguard"
+	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/sdnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
+)
+
+// Options configure a Daemon.
+type Options struct {
+	Config *config.Config
+	// Reload returns the configuration to switch to on Reload (e.g. the
+	// file read again with the same flag overrides).
+	Reload func() (*config.Config, error)
+	Logger *zap.Logger
+}
+
+// Daemon runs the archive service. Its methods are safe for concurrent use.
+type Daemon struct {
+	opts    Options
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	store   *rawstore.Store
+	pool    *lazyparse.Pool
+	guard   *diskguard.Guard
+	crawlM  *crawl.Metrics
+	conns   *semaphore.Weighted
+	metrics *metrics
+	ln      net.Listener
+
+	mu     sync.Mutex
+	cfg    *config.Config
+	relays map[string]*relayLoop // by URL
+	wg     sync.WaitGroup        // relay loops
+	runCtx context.Context
+}
+
+// New opens the archive and binds the HTTP listener, so that errors in
+// either are reported before Run.
+func New(opts Options) (*Daemon, error) {
+	if opts.Config == nil {
+		return nil, errors.New("daemon: Config is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	cfg := opts.Config
+	d := &Daemon{opts: opts, log: opts.Logger, reg: prometheus.NewRegistry(), cfg: cfg, relays: map[string]*relayLoop{}}
+	d.reg.MustRegister(collectors.NewGoCollector())
+	d.metrics = newMetrics(d.reg)
+	listener := pebble.MakeLoggingEventListener(nil)
+	listener.WriteStallBegin = func(pebble.WriteStallBeginInfo) { d.metrics.writeStalls.Inc() }
+	listener.DiskSlow = func(pebble.DiskSlowInfo) { d.metrics.diskSlow.Inc() }
+	listener.BackgroundError = func(err error) { d.log.Error("pebble background error", zap.Error(err)) }
+	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, EventListener: &pebble.EventListener{
+		WriteStallBegin: listener.WriteStallBegin, DiskSlow: listener.DiskSlow, BackgroundError: listener.BackgroundError,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	d.store = store
+	d.metrics.registerStore(d.reg, store)
+	d.pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: cfg.Limits.Workers(), Logger: d.log, Metrics: lazyparse.NewMetrics(d.reg)})
+	if err == nil {
+		d.guard, err = diskguard.New(diskguard.Options{
+			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes),
+			OnChange: d.diskChanged,
+			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
+		})
+	}
+	if err == nil {
+		d.ln, err = net.Listen("tcp", cfg.Listen)
+	}
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	d.crawlM = crawl.NewMetrics(d.reg)
+	d.conns = semaphore.NewWeighted(int64(cfg.Limits.MaxConnections))
+	return d, nil
+}
+
+// Addr is the address /metrics, /healthz and /status are served on.
+func (d *Daemon) Addr() string { return d.ln.Addr().String() }
+
+func (d *Daemon) diskChanged(paused bool, free uint64) {
+	d.metrics.diskPaused.Set(b2f(paused))
+	if paused {
+		d.log.Error("free disk space under the floor: crawling paused until space returns",
+			zap.String("dir", d.cfg.DataDir), zap.Uint64("free_bytes", free), zap.Uint64("min_free_bytes", uint64(d.cfg.Limits.MinFreeDiskBytes)))
+		_ = sdnotify.Status("paused: disk nearly full")
+	} else {
+		d.log.Info("free disk space back over the floor: crawling resumes", zap.Uint64("free_bytes", free))
+		_ = sdnotify.Status("archiving")
+	}
+}
+
+// Run serves until ctx ends, then shuts down in order: stop sending REQs
+// and let the relays' last batches commit (their cursors with them), stop
+// the verify pool after its batch, stop the HTTP server, close Pebble.
+// It returns when all of that is done or the stop timeout passed.
+func (d *Daemon) Run(ctx context.Context) error {
+	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(d.ln) }()
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgWG.Add(2)
+	go func() { defer bgWG.Done(); d.guard.Run(bg) }()
+	go func() {
+		defer bgWG.Done()
+		if err := d.pool.Run(bg); err != nil {
+			d.log.Error("verify pool stopped", zap.Error(err))
+		}
+	}()
+
+	d.mu.Lock()
+	d.runCtx = ctx
+	d.startRelaysLocked(d.cfg)
+	d.mu.Unlock()
+
+	_ = sdnotify.Ready()
+	_ = sdnotify.Status("archiving")
+	d.log.Info("archiver running", zap.String("listen", d.Addr()), zap.String("data", d.cfg.DataDir), zap.Int("relays", len(d.cfg.Relays)))
+	watchdog := d.watchdog(ctx)
+
+	<-ctx.Done()
+	_ = sdnotify.Stopping()
+	d.log.Info("stopping: finishing in-flight pages and batches", zap.Duration("stop_timeout", time.Duration(d.cfg.Limits.StopTimeout)))
+	stopped := make(chan struct{})
+	go func() { d.wg.Wait(); stopBG(); bgWG.Wait(); close(stopped) }()
+	var err error
+	select {
+	case <-stopped:
+	case <-time.After(time.Duration(d.cfg.Limits.StopTimeout)):
+		err = fmt.Errorf("daemon: stop timeout %v passed with work still running", time.Duration(d.cfg.Limits.StopTimeout))
+		d.log.Error("stop timeout passed; closing the archive anyway (the next start resumes from the last committed cursors)")
+		stopBG()
+	}
+	<-watchdog
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	<-srvDone
+	if err == nil {
+		<-stopped
+	}
+	if cerr := d.store.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	d.log.Info("stopped")
+	return err
+}
+
+// watchdog pings systemd from the verify pool's health: a ping goes out
+// only while the pool's loop keeps turning (it turns at least every 200
+// ms, idle or not). The returned channel closes when it stops.
+func (d *Daemon) watchdog(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	every, ok := sdnotify.WatchdogInterval()
+	if !ok {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if time.Since(d.pool.Alive()) < every/2 {
+					_ = sdnotify.Watchdog()
+				} else {
+					d.log.Error("verify loop stuck: withholding the systemd watchdog ping", zap.Time("last_loop", d.pool.Alive()))
+				}
+			}
+		}
+	}()
+	return done
+}
+
+// Reload switches to a new configuration: relays that appeared start,
+// relays that disappeared stop, the others keep running untouched.
+func (d *Daemon) Reload() error {
+	if d.opts.Reload == nil {
+		return errors.New("daemon: no reload source")
+	}
+	cfg, err := d.opts.Reload()
+	if err != nil {
+		d.log.Error("reload refused: keeping the running configuration", zap.Error(err))
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want := map[string]bool{}
+	for _, r := range cfg.Relays {
+		want[r.URL] = true
+	}
+	for url, l := range d.relays {
+		if !want[url] {
+			d.log.Info("relay removed from the configuration: stopping it", zap.String("relay", url))
+			l.cancel()
+			delete(d.relays, url)
+		}
+	}
+	limitsChanged := cfg.Limits != d.cfg.Limits || cfg.DataDir != d.cfg.DataDir || cfg.Listen != d.cfg.Listen
+	d.cfg.Relays = cfg.Relays
+	if limitsChanged {
+		d.log.Warn("reload: limits, data_dir and listen take effect on restart only")
+	}
+	if d.runCtx != nil {
+		d.startRelaysLocked(cfg)
+	}
+	d.log.Info("configuration reloaded", zap.Int("relays", len(d.relays)))
+	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
