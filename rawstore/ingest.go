@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -59,16 +60,17 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	// Copies already put in this batch: Pebble cannot read them back.
-	inBatch := make(map[[32]byte][]byte, len(in.Events))
+	// Copies already stored, looked up for the whole batch at once;
+	// then copies already put in this batch (Pebble cannot read them back).
+	inBatch, err := s.lookup(in.Events)
+	if err != nil {
+		return res, err
+	}
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var newIDs, dups int64
 	for i := range in.Events {
 		c := &in.Events[i]
-		stored, first, err := s.storedCopy(&c.ID, inBatch)
-		if err != nil {
-			return res, err
-		}
+		stored, first := storedCopy(&c.ID, inBatch)
 		switch {
 		case stored == nil:
 			v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
@@ -157,25 +159,48 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	return res, nil
 }
 
-// storedCopy returns the E value for id (from this batch or the DB) and
-// the relay that first served it; nil if the id is new.
-func (s *Store) storedCopy(id *[32]byte, inBatch map[[32]byte][]byte) ([]byte, uint32, error) {
-	v, ok := inBatch[*id]
+// lookup returns the stored E values of the ids of evs that exist. One
+// iterator serves the batch in id order: a prefix seek consults the bloom
+// filters like Get, without Get's per-call iterator setup, and sorted
+// seeks reuse the blocks they load.
+func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
+	found := make(map[[32]byte][]byte, len(evs))
+	if len(evs) == 0 {
+		return found, nil
+	}
+	keys := make([][]byte, len(evs))
+	for i := range evs {
+		keys[i] = eventKey(&evs[i].ID)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for i, k := range keys {
+		if i > 0 && bytes.Equal(k, keys[i-1]) {
+			continue
+		}
+		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
+			v := it.Value()
+			if len(v) < eventHeaderLen {
+				return nil, fmt.Errorf("rawstore: corrupt event record %x", k[1:9])
+			}
+			found[[32]byte(k[1:])] = append([]byte(nil), v...)
+		}
+	}
+	return found, it.Error()
+}
+
+// storedCopy returns the E value for id (stored, or put in this batch)
+// and the relay that first served it; nil if the id is new.
+func storedCopy(id *[32]byte, known map[[32]byte][]byte) ([]byte, uint32) {
+	v, ok := known[*id]
 	if !ok {
-		got, closer, err := s.db.Get(eventKey(id))
-		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, 0, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("rawstore: lookup %x: %w", id[:8], err)
-		}
-		v = append([]byte(nil), got...)
-		closer.Close()
+		return nil, 0
 	}
-	if len(v) < eventHeaderLen {
-		return nil, 0, fmt.Errorf("rawstore: corrupt event record %x", id[:8])
-	}
-	return v, binary.BigEndian.Uint32(v[1:5]), nil
+	return v, binary.BigEndian.Uint32(v[1:5])
 }
 
 // addVariant stores a differing copy under A|id|sha256(raw) unless that exact copy
