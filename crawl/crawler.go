@@ -159,6 +159,33 @@ func (o *Options) Validate() error {
 type Crawler struct {
 	opts  Options
 	conns *semaphore.Weighted // MaxConns across relays
+
+	mu     sync.Mutex
+	active map[string]*relayCrawl // for Progress
+}
+
+// Progress is one relay's crawl so far.
+type Progress struct {
+	Relay        string
+	Events       int64   // EVENT copies received
+	ShardsDone   int     // shards paged to their end
+	ShardsTotal  int     // shards of the job (work stealing adds some)
+	EstRemaining float64 // events estimated left, from the density learned so far
+}
+
+// Progress reports every relay being crawled.
+func (c *Crawler) Progress() []Progress {
+	c.mu.Lock()
+	rs := make([]*relayCrawl, 0, len(c.active))
+	for _, r := range c.active {
+		rs = append(rs, r)
+	}
+	c.mu.Unlock()
+	out := make([]Progress, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.progress())
+	}
+	return out
 }
 
 // New validates opts and returns a Crawler.
@@ -167,7 +194,7 @@ func New(opts Options) (*Crawler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Crawler{opts: opts, conns: opts.ConnLimiter}
+	c := &Crawler{opts: opts, conns: opts.ConnLimiter, active: map[string]*relayCrawl{}}
 	if c.conns == nil {
 		c.conns = semaphore.NewWeighted(int64(opts.MaxConns))
 	}

@@ -82,6 +82,7 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn
 	r.metrics.page(page)
 	r.mu.Lock()
 	r.rec.Pages++
+	r.events += int64(len(page.Items))
 	r.mu.Unlock()
 	return page, pc, nil
 }

@@ -60,7 +60,8 @@ type relayCrawl struct {
 	queue   *shard.Queue
 	density *shard.Density
 	ctrl    *adaptive.Controller
-	running int // shards being paged
+	running int   // shards being paged
+	events  int64 // EVENT copies received
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
@@ -109,6 +110,14 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	log.Info("crawl starting", zap.Int64("since", job.meta.Since), zap.Int64("until", job.meta.Until),
 		zap.Int("shards", len(shards)), zap.Int("limit", r.limit))
+	c.mu.Lock()
+	c.active[url] = r
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.active, url)
+		c.mu.Unlock()
+	}()
 	r.schedule(ctx)
 
 	res := r.result(ctx)
@@ -171,6 +180,21 @@ func (r *relayCrawl) schedule(ctx context.Context) {
 		case <-time.After(500 * time.Millisecond): // the target may have grown
 		}
 	}
+}
+
+func (r *relayCrawl) progress() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := Progress{Relay: r.url, Events: r.events}
+	for _, s := range r.queue.Shards() {
+		p.ShardsTotal++
+		if s.Done() {
+			p.ShardsDone++
+		} else {
+			p.EstRemaining += r.density.Estimate(s.Since, s.Cursor)
+		}
+	}
+	return p
 }
 
 // target is the controller's current connection and per-connection

@@ -157,6 +157,7 @@ func (p *Pool) step() (int, error) {
 	}
 	start := time.Now()
 	verdicts := make([]rawstore.Verdict, len(items))
+	errs := make([]error, len(p.verifiers))
 	var wg sync.WaitGroup
 	chunk := (len(items) + len(p.verifiers) - 1) / len(p.verifiers)
 	for w := 0; w*chunk < len(items); w++ {
@@ -166,6 +167,12 @@ func (p *Pool) step() (int, error) {
 			defer wg.Done()
 			var buf []byte
 			for i := lo; i < hi; i++ {
+				// Each worker reads its own copies: the reads are random
+				// and cost as much as a parse, so they spread too.
+				if err := p.opts.Store.Load(&items[i]); err != nil {
+					errs[w] = err
+					return
+				}
 				if items[i].Raw != nil {
 					verdicts[i], buf = Judge(items[i].ID, items[i].Raw, verify, buf)
 				}
@@ -173,6 +180,9 @@ func (p *Pool) step() (int, error) {
 		}(p.verifiers[w])
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, fmt.Errorf("lazyparse: load queued copies: %w", err)
+	}
 	if err := p.opts.Store.Apply(items, verdicts); err != nil {
 		return 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
 	}

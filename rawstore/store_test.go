@@ -53,9 +53,12 @@ func drain(t *testing.T, s *Store, judge func(Pending) Verdict) {
 			return
 		}
 		vs := make([]Verdict, len(items))
-		for i, p := range items {
-			if p.Raw != nil {
-				vs[i] = judge(p)
+		for i := range items {
+			if err := s.Load(&items[i]); err != nil {
+				t.Fatal(err)
+			}
+			if items[i].Raw != nil {
+				vs[i] = judge(items[i])
 			}
 		}
 		if err := s.Apply(items, vs); err != nil {

@@ -31,7 +31,8 @@ const (
 )
 
 // NextPending returns up to max queued copies with Seq > after, in queue
-// order.
+// order, without their bytes: Load fetches those, so that callers can
+// spread the reads over their workers.
 func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: seqKey(prefixPending, after+1),
@@ -49,22 +50,30 @@ func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
 			return nil, fmt.Errorf("rawstore: corrupt queue entry %d", p.Seq)
 		}
 		copy(p.ID[:], ref)
-		key := eventKey(&p.ID)
 		if len(ref) > idLen {
 			p.Variant = append([]byte(nil), ref[idLen:]...)
-			key = altKey(&p.ID, p.Variant)
-		}
-		v, err := s.get(key)
-		if err != nil {
-			return nil, err
-		}
-		if len(v) >= eventHeaderLen {
-			p.Relay = binary.BigEndian.Uint32(v[1:5])
-			p.Raw = v[eventHeaderLen:]
 		}
 		out = append(out, p)
 	}
 	return out, it.Error()
+}
+
+// Load fetches p's bytes and relay; p.Raw stays nil when the copy is gone
+// (already resolved). Safe for concurrent use.
+func (s *Store) Load(p *Pending) error {
+	key := eventKey(&p.ID)
+	if p.Variant != nil {
+		key = altKey(&p.ID, p.Variant)
+	}
+	v, err := s.get(key)
+	if err != nil {
+		return err
+	}
+	if len(v) >= eventHeaderLen {
+		p.Relay = binary.BigEndian.Uint32(v[1:5])
+		p.Raw = v[eventHeaderLen:]
+	}
+	return nil
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and

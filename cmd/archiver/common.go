@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,13 +23,32 @@ const defaultDataDir = "./archive"
 
 // common flags of every command.
 type common struct {
-	data     string
-	logLevel string
+	data       string
+	logLevel   string
+	cpuProfile string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.data, "data", defaultDataDir, "archive directory")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file")
+}
+
+// profile starts the CPU profile asked for, if any; the returned func
+// stops it.
+func (c *common) profile() (func(), error) {
+	if c.cpuProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(c.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // logger returns a JSON logger on stderr. Sampling is off: the crawl's

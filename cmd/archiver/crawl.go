@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +32,6 @@ func runCrawl(args []string) int {
 		workers  = fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
 		timeout  = fs.Duration("page-timeout", 15*time.Second, "give up on a page after this long without a frame")
-		cpuprof  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	)
 	c.register(fs)
 	fs.Usage = func() {
@@ -70,16 +68,11 @@ func runCrawl(args []string) int {
 	}
 	defer log.Sync() //nolint:errcheck // stderr cannot be synced
 
-	if *cpuprof != "" {
-		f, err := os.Create(*cpuprof)
-		if err != nil {
-			return usageError("--cpuprofile", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return usageError("--cpuprofile", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := c.profile()
+	if err != nil {
+		return usageError("--cpuprofile", err)
 	}
+	defer stopProfile()
 	ctx, stop := signalContext()
 	defer stop()
 	store, err := c.openStore(log)
@@ -122,7 +115,9 @@ func runCrawl(args []string) int {
 		poolWG.Wait()
 		return usageError("crawl", err)
 	}
+	prog := startProgress(ctx, crawler, log, os.Stderr)
 	results := crawler.Run(ctx, relays)
+	prog.Stop()
 	stopPool()
 	poolWG.Wait()
 	if pool != nil && ctx.Err() == nil {

@@ -24,6 +24,11 @@ func runReprocess(args []string) int {
 	if err != nil {
 		return usageError("--log-level", err)
 	}
+	stopProfile, err := c.profile()
+	if err != nil {
+		return usageError("--cpuprofile", err)
+	}
+	defer stopProfile()
 	ctx, stop := signalContext()
 	defer stop()
 	store, err := c.openStore(log)
