@@ -259,17 +259,9 @@ func (c *Conn) Count(ctx context.Context, filter []byte, idle time.Duration) (*P
 func (c *Conn) request(ctx context.Context, verb string, filter []byte, limit int, idle time.Duration) (*Page, error) {
 	s := &sub{limit: limit, finished: make(chan struct{}), isCount: verb == "COUNT", sent: time.Now()}
 	s.last.Store(s.sent.UnixNano())
-	c.mu.Lock()
-	if c.closeErr != nil {
-		err := c.closeErr
-		c.mu.Unlock()
+	if err := c.register(s, "a"); err != nil {
 		return nil, err
 	}
-	c.nextSub++
-	s.id = "a" + strconv.FormatUint(c.nextSub, 36)
-	c.subs[s.id] = s
-	c.order = append(c.order, s)
-	c.mu.Unlock()
 
 	msg := make([]byte, 0, len(filter)+32)
 	msg = append(msg, `["`...)
@@ -320,16 +312,9 @@ wait:
 func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
 	fn func(items []Item, malformed []rawstore.Malformed, eose bool) error) (*Page, error) {
 	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
-	c.mu.Lock()
-	if c.closeErr != nil {
-		err := c.closeErr
-		c.mu.Unlock()
+	if err := c.register(s, "t"); err != nil {
 		return nil, err
 	}
-	c.nextSub++
-	s.id = "t" + strconv.FormatUint(c.nextSub, 36)
-	c.subs[s.id] = s
-	c.mu.Unlock()
 	defer c.forget(s)
 	if err := c.write(append(append([]byte(`["REQ","`+s.id+`",`), filter...), ']')); err != nil {
 		return nil, err
@@ -360,6 +345,21 @@ func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, m
 			}
 		}
 	}
+}
+
+// register gives s a subscription id (prefix + a counter) and routes the
+// connection's frames for it to s, unless the connection is gone.
+func (c *Conn) register(s *sub, prefix string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeErr != nil {
+		return c.closeErr
+	}
+	c.nextSub++
+	s.id = prefix + strconv.FormatUint(c.nextSub, 36)
+	c.subs[s.id] = s
+	c.order = append(c.order, s)
+	return nil
 }
 
 func closeMsg(id string) []byte { return []byte(`["CLOSE","` + id + `"]`) }

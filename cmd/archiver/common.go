@@ -66,6 +66,24 @@ func (c *common) logger() (*zap.Logger, error) {
 	return cfg.Build()
 }
 
+// open parses the command's flags (no positional arguments), builds the
+// logger and opens the archive; code is the exit code when it fails.
+func (c *common) open(fs *flag.FlagSet, args []string) (log *zap.Logger, store *rawstore.Store, code int) {
+	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
+		return nil, nil, usageError(fs.Name(), fmt.Errorf("unexpected arguments %q", rest))
+	}
+	log, err := c.logger()
+	if err != nil {
+		return nil, nil, usageError("--log-level", err)
+	}
+	store, err = c.openStore(log)
+	if err != nil {
+		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
+		return nil, nil, 1
+	}
+	return log, store, 0
+}
+
 func (c *common) openStore(log *zap.Logger) (*rawstore.Store, error) {
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return nil, err

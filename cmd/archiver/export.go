@@ -16,17 +16,9 @@ func runExport(args []string) int {
 	var c common
 	out := fs.String("out", "-", "output file (- for stdout)")
 	c.register(fs)
-	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
-		return usageError("export", fmt.Errorf("unexpected arguments %q", rest))
-	}
-	log, err := c.logger()
-	if err != nil {
-		return usageError("--log-level", err)
-	}
-	store, err := c.openStore(log)
-	if err != nil {
-		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
-		return 1
+	log, store, code := c.open(fs, args)
+	if store == nil {
+		return code
 	}
 	defer store.Close()
 	var w io.Writer = os.Stdout
