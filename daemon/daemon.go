@@ -34,6 +34,9 @@ type Options struct {
 	// file read again with the same flag overrides).
 	Reload func() (*config.Config, error)
 	Logger *zap.Logger
+	// Statfs, if set, replaces the free-space check of the data directory
+	// (tests).
+	Statfs func(dir string) (uint64, error)
 }
 
 // Daemon runs the archive service. Its methods are safe for concurrent use.
@@ -84,7 +87,7 @@ func New(opts Options) (*Daemon, error) {
 	d.pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: cfg.Limits.Workers(), Logger: d.log, Metrics: lazyparse.NewMetrics(d.reg)})
 	if err == nil {
 		d.guard, err = diskguard.New(diskguard.Options{
-			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes),
+			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
 			OnChange: d.diskChanged,
 			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
 		})

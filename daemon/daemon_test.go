@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nostr-archiver/archiver/config"
+	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+// client keeps no idle connections, so the leak check sees none.
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+func getStatus(t *testing.T, addr string) *Status {
+	resp, err := client.Get("http://" + addr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return &st
+}
+
+// Under the disk floor nothing is crawled and the daemon says why; when
+// space returns the crawl resumes and completes.
+func TestDiskFloorPausesCrawl(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	cache, _ := os.UserCacheDir()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 21, Events: 1500, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := testrelay.New(testrelay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(f.Items...)
+	t.Cleanup(func() { r.Close() })
+
+	cfg, err := config.Load("", config.Overrides{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free atomic.Uint64
+	free.Store(1 << 20) // 1 MiB: under the default 1 GiB floor
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t), Statfs: func(string) (uint64, error) { return free.Load(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	time.Sleep(1500 * time.Millisecond)
+	st := getStatus(t, d.Addr())
+	if !st.Disk.Paused || st.Events != 0 {
+		t.Fatalf("under the floor: paused=%v events=%d", st.Disk.Paused, st.Events)
+	}
+	resp, err := client.Get("http://" + d.Addr() + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("healthz while paused: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	free.Store(100 << 30)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		st = getStatus(t, d.Addr())
+		if st.Valid == int64(len(f.Valid)) && st.Pending == 0 && !st.Disk.Paused {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("after space returned: %+v", st.Report)
+}
