@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,8 +26,26 @@ type runningDaemon struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan error
+}
+
+// syncBuffer is a bytes.Buffer the exec copier writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func freeAddr(t *testing.T) string {
@@ -43,7 +62,7 @@ func startDaemon(t *testing.T, args ...string) *runningDaemon {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := archiver(append([]string{"run", "--listen", addr}, args...)...)
-	d := &runningDaemon{t: t, cmd: cmd, addr: addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d := &runningDaemon{t: t, cmd: cmd, addr: addr, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
