@@ -281,3 +281,47 @@ func TestRefusalsLoseNothing(t *testing.T) {
 		})
 	}
 }
+
+// Several relays are crawled at once, and a slow one does not hold up the
+// others: the fast relay is archived while the slow one is still paging.
+func TestSlowRelayDoesNotStallOthers(t *testing.T) {
+	checkLeaks(t)
+	fa, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 1500, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 9, Events: 1500, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := startRelay(t, testrelay.Options{}, fa.Items)
+	slow := startRelay(t, testrelay.Options{Latency: 300 * time.Millisecond, MaxLimit: 100}, fb.Items)
+	a := openArchive(t)
+	results := make(chan []crawl.Result, 1)
+	var fastDone time.Time
+	go func() { results <- a.crawl(t, crawl.Options{PageTimeout: 5 * time.Second}, slow.URL(), fast.URL()) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for fastDone.IsZero() && time.Now().Before(deadline) {
+		rels, _ := a.store.Relays()
+		for _, rel := range rels {
+			var rec crawl.RelayRecord
+			if rel.URL == fast.URL() && json.Unmarshal(rel.Record, &rec) == nil && rec.Finish == crawl.FinishDrained {
+				fastDone = time.Now()
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := <-results
+	slowDone := time.Now()
+	if fastDone.IsZero() || !res[0].Drained() || !res[1].Drained() {
+		t.Fatalf("results %v (fast relay finished: %v)", res, !fastDone.IsZero())
+	}
+	if slowDone.Sub(fastDone) < time.Second {
+		t.Errorf("the fast relay finished only %v before the slow one: it waited for it", slowDone.Sub(fastDone))
+	}
+	a.verify(t)
+	got := a.exported(t)
+	if len(got) != len(fa.Valid)+len(fb.Valid) {
+		t.Errorf("archived %d valid events, want %d", len(got), len(fa.Valid)+len(fb.Valid))
+	}
+}
