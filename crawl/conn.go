@@ -187,6 +187,9 @@ func (c *Conn) pingLoop(every time.Duration) {
 		case <-c.done:
 			return
 		case <-t.C:
+			// A fresh deadline: the last REQ's may have passed long ago,
+			// and a ping failing on it would close a healthy connection.
+			_ = c.ws.NetConn().SetWriteDeadline(time.Now().Add(10 * time.Second))
 			_ = c.ws.WritePing(nil)
 		}
 	}

@@ -142,6 +142,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.runCtx = ctx
 	d.startRelaysLocked(d.cfg)
+	if d.cfg.NATS != nil {
+		d.wg.Add(1)
+		go func() { defer d.wg.Done(); d.runJobs(ctx) }()
+	}
 	d.mu.Unlock()
 
 	_ = sdnotify.Ready()

@@ -116,17 +116,9 @@ func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
 
 // crawler builds the crawl for this relay's job from the configuration.
 func (l *relayLoop) crawler() (*crawl.Crawler, error) {
-	d := l.d
-	lim := d.cfg.Limits
-	c, err := crawl.New(crawl.Options{
-		Store: d.store, Logger: d.log, Metrics: d.crawlM,
-		Since: int64(l.cfg.Since), Until: int64(l.cfg.Until), Kinds: l.cfg.Kinds,
-		MaxConns: lim.MaxConnections, MaxConnsPerRelay: lim.MaxConnectionsPerRelay, MaxInFlightPerConn: lim.MaxInflightPerConn,
-		PageTimeout: time.Duration(lim.PageTimeout), MaxFrame: int(lim.MaxFrameBytes),
-		ConnLimiter: d.conns,
-		Pause:       d.guard.Wait,
-		OnCommit:    d.pool.Notify,
-	})
+	o := l.d.crawlOptions()
+	o.Since, o.Until, o.Kinds = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds
+	c, err := crawl.New(o)
 	return c, err
 }
 

@@ -15,6 +15,8 @@ Usage:
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
+  archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
+  archiver jobs      --nats URL [JOB_ID...]
 
 Run "archiver COMMAND -h" for a command's flags.
 `
@@ -30,6 +32,8 @@ func main() {
 		"reprocess": runReprocess,
 		"export":    runExport,
 		"stats":     runStats,
+		"submit":    runSubmit,
+		"jobs":      runJobs,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
