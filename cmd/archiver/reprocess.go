@@ -17,13 +17,11 @@ func runReprocess(args []string) int {
 	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
 	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 	c.register(fs)
-	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
-		return usageError("reprocess", fmt.Errorf("unexpected arguments %q", rest))
+	log, store, code := c.open(fs, args)
+	if store == nil {
+		return code
 	}
-	log, err := c.logger()
-	if err != nil {
-		return usageError("--log-level", err)
-	}
+	defer store.Close()
 	stopProfile, err := c.profile()
 	if err != nil {
 		return usageError("--cpuprofile", err)
@@ -31,12 +29,6 @@ func runReprocess(args []string) int {
 	defer stopProfile()
 	ctx, stop := signalContext()
 	defer stop()
-	store, err := c.openStore(log)
-	if err != nil {
-		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
-		return 1
-	}
-	defer store.Close()
 	if *all {
 		n, err := store.ResetVerdicts()
 		if err != nil {
