@@ -67,6 +67,11 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 		return res, err
 	}
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
+	type hotEntry struct {
+		seq uint64
+		raw []byte
+	}
+	var hot []hotEntry
 	var newIDs, dups int64
 	for i := range in.Events {
 		c := &in.Events[i]
@@ -78,8 +83,10 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
 			_ = b.Set(eventKey(&c.ID), v, nil)
-			_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), c.ID[:], nil)
+			seq := s.pendingSeq.Add(1)
+			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
 			inBatch[c.ID] = v
+			hot = append(hot, hotEntry{seq, c.Raw})
 			newIDs++
 			res.New++
 		case bytes.Equal(stored[eventHeaderLen:], c.Raw):
@@ -155,6 +162,9 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	}
 	if err := b.Commit(s.sync); err != nil {
 		return res, fmt.Errorf("rawstore: commit batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	}
+	for _, h := range hot {
+		s.hot.add(h.seq, in.Relay, h.raw)
 	}
 	return res, nil
 }

@@ -35,6 +35,9 @@ type Options struct {
 	NoSync       bool
 	CacheSize    int64
 	MemTableSize uint64
+	// HotBytes bounds the recently ingested event bytes kept in memory for
+	// the verify pool (see hotCopies); default 32 MiB, negative disables.
+	HotBytes int
 	// EventListener receives Pebble's health events (write stalls, slow
 	// disk, low disk space) in addition to the store's own logging.
 	EventListener *pebble.EventListener
@@ -52,6 +55,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 64 << 20
+	}
+	if o.HotBytes == 0 {
+		o.HotBytes = 32 << 20
 	}
 }
 
@@ -77,6 +83,7 @@ type Store struct {
 
 	pendingSeq atomic.Uint64
 	quarSeq    atomic.Uint64
+	hot        *hotCopies
 
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32
@@ -126,7 +133,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}}
+	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes)}
 	if opts.NoSync {
 		s.sync = pebble.NoSync
 	}

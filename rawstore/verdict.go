@@ -61,6 +61,12 @@ func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
 // Load fetches p's bytes and relay; p.Raw stays nil when the copy is gone
 // (already resolved). Safe for concurrent use.
 func (s *Store) Load(p *Pending) error {
+	if p.Variant == nil {
+		if c, ok := s.hot.take(p.Seq); ok {
+			p.Relay, p.Raw = c.relay, c.raw
+			return nil
+		}
+	}
 	key := eventKey(&p.ID)
 	if p.Variant != nil {
 		key = altKey(&p.ID, p.Variant)
@@ -139,13 +145,13 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 	if p.Raw == nil {
 		return nil // resolved already (e.g. an alternate deleted by an earlier verdict)
 	}
-	cur, err := a.verdict(&p.ID)
-	if err != nil {
-		return err
-	}
 	if p.Variant == nil {
-		if cur != nil {
-			return nil // verified before: reprocessing is idempotent
+		// A primary copy is queued once, when its id is first stored, and
+		// its queue entry goes in the batch that records its verdict (and
+		// ResetVerdicts clears both): so it has no verdict yet, and no
+		// lookup is spent on proving it.
+		if _, ok := a.status[p.ID]; ok {
+			return nil // judged earlier in this batch
 		}
 		a.setVerdict(&p.ID, p.Relay, v)
 		a.count(CounterPending, -1)
@@ -159,6 +165,10 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 	}
 
 	// An alternate copy of an id that already has a primary.
+	cur, err := a.verdict(&p.ID)
+	if err != nil {
+		return err
+	}
 	_ = a.b.Set(altKey(&p.ID, p.Variant), nil, nil) // resolved: kept so a resend is a duplicate
 	switch {
 	case !v.Valid:
