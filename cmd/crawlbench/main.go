@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -189,14 +190,19 @@ func (b *bench) run(ctx context.Context) (report, error) {
 	}
 	progress("relay serves created_at %d..%d, page limit %d", oldest, newest, limit)
 
-	fixed, _, err := b.crawl(ctx, "(b) archiver 1x1", "fixed", fixedArgs)
+	fixed, _, err := b.crawl(ctx, "(b) archiver 1x1", "fixed", fixedArgs, false)
 	if err != nil {
 		return report{}, err
 	}
-	adaptive, cLog, err := b.crawl(ctx, "(c) archiver adaptive", "adaptive", adaptiveArgs)
+	adaptive, cLog, err := b.crawl(ctx, "(c) archiver adaptive", "adaptive", adaptiveArgs, false)
 	if err != nil {
 		return report{}, err
 	}
+	verified, _, err := b.crawl(ctx, "(f) archiver adaptive, verifying", "verified", adaptiveArgs, true)
+	if err != nil {
+		return report{}, err
+	}
+	verified.Concurrency = "adaptive + verify pool"
 	settled, changed := cLog.Last()
 	if changed {
 		adaptive.Concurrency = fmt.Sprintf("%dx%d (last of %d changes)", settled.Conns, settled.Inflight, len(cLog.Changes()))
@@ -240,11 +246,12 @@ func (b *bench) run(ctx context.Context) (report, error) {
 			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process; %s, %s, GOMAXPROCS %d.",
 				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, cpuModel(), runtime.Version(), procs),
 		},
-		Rows: []row{raw1, rawK, fixed, adaptive, verify, baseRow},
+		Rows: []row{raw1, rawK, fixed, adaptive, verify, baseRow, verified},
 		Notes: []string{
 			fmt.Sprintf("- (c)/(a %dx%d): %s of the relay's serving limit at the concurrency (c) settled on; (c)/(a 1x1): %s.",
 				k, m, ratio(adaptive.rate(), rawK.rate()), ratio(adaptive.rate(), raw1.rate())),
 			fmt.Sprintf("- (c)/(b): %s times the one-connection, one-REQ crawl.", ratio(adaptive.rate(), fixed.rate())),
+			"- (f) is the default `archiver crawl` (verification running during the crawl): its time is until every event is stored and verified.",
 			fmt.Sprintf("- RSS at ~10%%, ~50%% and the end of the crawl: (b) %s, %s, %s MB; (c) %s, %s, %s MB (goal: no growth past ~100k events, peak <= 256 MB).",
 				mib(fixed.RSS10), mib(fixed.RSS50), mib(fixed.RSSEnd), mib(adaptive.RSS10), mib(adaptive.RSS50), mib(adaptive.RSSEnd)),
 			fmt.Sprintf("- Verify (d): %s events/s wall (process start to exit) = %s events/s per core (/ GOMAXPROCS %d), %s per CPU-second; the pool alone: %s events in %.1f s.",
@@ -281,9 +288,12 @@ func (b *bench) pageLimit(ctx context.Context) (int, error) {
 
 // crawl runs one archiver crawl into a fresh directory and checks that it
 // stored every event.
-func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string) (row, *crawlLog, error) {
+func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string, verify bool) (row, *crawlLog, error) {
 	data := filepath.Join(b.tmp, dir)
 	args := append([]string{"crawl", "--data", data}, crawlCommon...)
+	if verify {
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-verify" })
+	}
 	args = append(args, scenario...)
 	args = append(args, strings.Fields(b.cfg.crawlArgs)...)
 	args = append(args, b.relay)
@@ -297,6 +307,9 @@ func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string) 
 	}
 	if st.Events != b.n {
 		return row{}, nil, fmt.Errorf("%s stored %d events, the relay serves %d", name, st.Events, b.n)
+	}
+	if verify && (st.Valid != b.n || st.Pending != 0) {
+		return row{}, nil, fmt.Errorf("%s verified %d of %d events (%d pending)", name, st.Valid, b.n, st.Pending)
 	}
 	r := row{
 		Scenario: name, Events: b.n, Elapsed: m.Elapsed, CPU: m.CPU,
