@@ -76,7 +76,7 @@ func New(opts Options) (*Daemon, error) {
 	listener.WriteStallBegin = func(pebble.WriteStallBeginInfo) { d.metrics.writeStalls.Inc() }
 	listener.DiskSlow = func(pebble.DiskSlowInfo) { d.metrics.diskSlow.Inc() }
 	listener.BackgroundError = func(err error) { d.log.Error("pebble background error", zap.Error(err)) }
-	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, EventListener: &pebble.EventListener{
+	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, HotBytes: 16 << 20, EventListener: &pebble.EventListener{
 		WriteStallBegin: listener.WriteStallBegin, DiskSlow: listener.DiskSlow, BackgroundError: listener.BackgroundError,
 	}})
 	if err != nil {

@@ -34,7 +34,11 @@ func TestHotCopiesBounded(t *testing.T) {
 // Load takes a freshly ingested copy from memory, with the same bytes and
 // relay the store holds.
 func TestLoadFromHotCopies(t *testing.T) {
-	s := openTest(t)
+	s, err := Open(Options{Dir: t.TempDir(), HotBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	r, _ := s.RelayIndex("wss://a")
 	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(1), []byte("good1")}}})
 	items, _ := s.NextPending(0, 10)

@@ -36,7 +36,9 @@ type Options struct {
 	CacheSize    int64
 	MemTableSize uint64
 	// HotBytes bounds the recently ingested event bytes kept in memory for
-	// the verify pool (see hotCopies); default 32 MiB, negative disables.
+	// a verify pool running alongside the ingest (see hotCopies); 0 keeps
+	// none (nothing would take them: a crawl with --no-verify, a
+	// reprocess). Resident memory grows by about twice this.
 	HotBytes int
 	// EventListener receives Pebble's health events (write stalls, slow
 	// disk, low disk space) in addition to the store's own logging.
@@ -55,9 +57,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 64 << 20
-	}
-	if o.HotBytes == 0 {
-		o.HotBytes = 32 << 20
 	}
 }
 

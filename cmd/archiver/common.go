@@ -26,6 +26,7 @@ type common struct {
 	data       string
 	logLevel   string
 	cpuProfile string
+	hotBytes   int // rawstore.Options.HotBytes: set by commands that verify while they ingest
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -88,7 +89,7 @@ func (c *common) openStore(log *zap.Logger) (*rawstore.Store, error) {
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return nil, err
 	}
-	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log})
+	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log, HotBytes: c.hotBytes})
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

@@ -75,6 +75,9 @@ func runCrawl(args []string) int {
 	defer stopProfile()
 	ctx, stop := signalContext()
 	defer stop()
+	if !*noVerify {
+		c.hotBytes = hotBytes
+	}
 	store, err := c.openStore(log)
 	if err != nil {
 		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
@@ -137,6 +140,10 @@ func runCrawl(args []string) int {
 	}
 	return code
 }
+
+// hotBytes is how much of what was just stored the verify pool may take
+// from memory instead of reading it back, when it runs alongside ingest.
+const hotBytes = 16 << 20
 
 func parseKinds(s string) ([]int, error) {
 	if s == "" {
