@@ -43,6 +43,9 @@ func (d *Daemon) startRelaysLocked(cfg *config.Config) {
 		if _, ok := d.relays[rc.URL]; ok {
 			continue
 		}
+		if len(rc.Authors) > 0 {
+			d.log.Warn("relay authors filter is not supported by the crawler yet: archiving every author", zap.String("relay", rc.URL))
+		}
 		ctx, cancel := context.WithCancel(d.runCtx)
 		l := &relayLoop{d: d, cfg: rc, cancel: cancel, log: d.log.With(zap.String("relay", rc.URL)), state: StateBackfill}
 		d.relays[rc.URL] = l
