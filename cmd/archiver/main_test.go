@@ -117,7 +117,7 @@ func assertExport(t *testing.T, data string, f *testrelay.Fixture) {
 // the archive holds exactly the relay's valid set.
 func TestKill9Resume(t *testing.T) {
 	f := fixture(t, testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50})
-	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 15 * time.Millisecond}, f)
+	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 25 * time.Millisecond}, f)
 	data := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 7))
 	kills := 0
