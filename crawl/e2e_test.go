@@ -190,6 +190,10 @@ func TestArchiveHostileRelay(t *testing.T) {
 		t.Fatalf("relays %+v", rels)
 	}
 	t.Logf("relay record: %s", rels[0].Record)
+	var rec crawl.RelayRecord
+	if err := json.Unmarshal(rels[0].Record, &rec); err != nil || rec.PlannedBy != "count" {
+		t.Errorf("the relay answers COUNT, but the plan was sized by %q (%v)", rec.PlannedBy, err)
+	}
 	rs := relay.Stats()
 	t.Logf("relay stats: %+v", rs)
 }

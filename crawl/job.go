@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -35,7 +36,7 @@ const openOverlap = 600
 
 // loadJob resumes the job of the crawl's options, or plans it. It returns
 // the shard queue of its current generation.
-func (r *relayCrawl) loadJob() (*jobState, []shard.Shard, error) {
+func (r *relayCrawl) loadJob(ctx context.Context) (*jobState, []shard.Shard, error) {
 	o := r.c.opts
 	spec := "now"
 	if o.Until != 0 {
@@ -52,7 +53,7 @@ func (r *relayCrawl) loadJob() (*jobState, []shard.Shard, error) {
 		if j.meta.Open {
 			j.meta.Until = max(now, o.Since)
 		}
-		shards, err := r.plan(j, j.meta.Since, j.meta.Until)
+		shards, err := r.plan(ctx, j, j.meta.Since, j.meta.Until)
 		return j, shards, err
 	}
 	if err := json.Unmarshal(raw, &j.meta); err != nil {
@@ -63,7 +64,7 @@ func (r *relayCrawl) loadJob() (*jobState, []shard.Shard, error) {
 		from := max(j.meta.Since, j.meta.Until-openOverlap)
 		j.meta.Until, j.meta.Done = now, false
 		j.meta.Gen++
-		shards, err := r.plan(j, from, now)
+		shards, err := r.plan(ctx, j, from, now)
 		return j, shards, err
 	}
 	states, err := o.Store.ShardsWithPrefix(r.idx, j.shardPrefix())
@@ -85,11 +86,16 @@ func (r *relayCrawl) loadJob() (*jobState, []shard.Shard, error) {
 }
 
 // plan splits [since, until] into shards and persists them with the job
-// meta in one batch. Without information on where the events are, the
-// plan is even in time; the density learned from pages then sizes the
-// steals that rebalance it.
-func (r *relayCrawl) plan(j *jobState, since, until int64) ([]shard.Shard, error) {
-	shards, err := shard.Plan(since, until, r.c.opts.Shards, shard.Uniform{})
+// meta in one batch. Where the relay answers NIP-45 COUNT, the shards are
+// sized by event count; otherwise the plan is even in time, and the
+// density learned from pages sizes the steals that rebalance it.
+func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) ([]shard.Shard, error) {
+	var est shard.Estimator = shard.Uniform{}
+	r.rec.PlannedBy = "uniform"
+	if r.count && r.countDensity(ctx, since, until) {
+		est, r.rec.PlannedBy = r.density, "count"
+	}
+	shards, err := shard.Plan(since, until, r.c.opts.Shards, est)
 	if err != nil {
 		return nil, fmt.Errorf("plan %s of %s: %w", j.key, r.url, err)
 	}
@@ -101,6 +107,38 @@ func (r *relayCrawl) plan(j *jobState, since, until int64) ([]shard.Shard, error
 		return nil, err
 	}
 	return shards, nil
+}
+
+// countSlices is how many COUNT requests size a plan.
+const countSlices = 16
+
+// countDensity asks the relay's NIP-45 COUNT for equal time slices of
+// [since, until] and feeds the answers to the density estimate. It
+// reports whether every slice was answered and something was counted.
+func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool {
+	step := max(1, (until-since+1)/countSlices)
+	var total int64
+	for lo := since; lo <= until; lo += step {
+		hi := min(until, lo+step-1)
+		if lo+step > until {
+			hi = until
+		}
+		pc, err := r.conns.acquire(ctx)
+		if err != nil {
+			return false
+		}
+		page, err := pc.c.Count(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &lo, Until: &hi}.bytes(), r.c.opts.PageTimeout)
+		r.conns.release(pc)
+		if err != nil || page.End != EndEOSE {
+			return false
+		}
+		r.density.ObserveCount(lo, hi, page.Count)
+		total += page.Count
+		if hi == until {
+			break
+		}
+	}
+	return total > 0
 }
 
 func (j *jobState) encode() []byte {

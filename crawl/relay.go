@@ -24,6 +24,7 @@ type RelayRecord struct {
 	Refusals       map[string]int64  `json:"refusals,omitempty"`
 	Reconnects     int64             `json:"reconnects"`
 	EffectiveLimit int               `json:"effective_limit"`
+	PlannedBy      string            `json:"planned_by,omitempty"` // how the last plan sized shards: count (NIP-45) or uniform
 	RequestedLimit int               `json:"requested_limit"`
 	Finish         string            `json:"finish,omitempty"`
 	FinishDetail   string            `json:"finish_detail,omitempty"`
@@ -100,7 +101,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	r.conns = newConnPool(r)
 	defer r.conns.close()
 
-	job, shards, err := r.loadJob()
+	job, shards, err := r.loadJob(ctx)
 	if err == nil {
 		r.job = job
 		r.queue, err = shard.NewQueue(shards, r.density, float64(r.limit))
