@@ -2,74 +2,61 @@ package crawl
 
 import (
 	"context"
+
 	"encoding/json"
 	"fmt"
+	"github.com/nostr-archiver/archiver/shard"
 	"slices"
 
 	"go.uber.org/zap"
 )
 
 // completeWall fetches every event of one created_at second that holds
-// more events than a page, by splitting the second: first by kind, then a
-// kind that is still full by groups of the authors seen, halving the
-// groups until each comes back short. A single author of a single kind
-// that is still full cannot be split by REQ and is reported. Where the
-// relay answers NIP-45 COUNT, the total is checked against it.
+// more events than a page, by running shard.WallPlan's sub-queries: first
+// by kind, then a kind that is still full by groups of the authors seen,
+// down to single authors. A single author of a single kind that is still
+// full cannot be split by REQ and is reported. REQ cannot list kinds or
+// authors no full page showed, so a split wall counts as complete only
+// when the relay's NIP-45 COUNT for the second agrees.
 func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
-	w := wallSplit{second: second, ids: map[[32]byte]bool{}, kinds: map[int]map[string]bool{}}
+	w := wallSplit{plan: shard.NewWallPlan(second, shard.DefaultMaxAuthors), ids: map[[32]byte]bool{}}
 	// The whole second once, to learn its kinds (the page that found the
 	// wall may have been from a wider filter).
-	full, err := w.query(ctx, r, wallQuery{})
+	full, _, err := w.query(ctx, r, shard.Leaf{Kind: -1})
 	if err != nil {
 		return err
 	}
-	report := WallReport{Second: second, Method: "kind", Complete: true}
-	// The kinds (and below, the authors of a kind) come from full pages,
-	// which may not show them all: REQ cannot list what it never returned,
-	// so a split of a full page covers the second only if COUNT says so.
-	enumerated := !full
-	queue := make([]wallQuery, 0, len(w.kinds))
-	for _, k := range sortedKeys(w.kinds) {
-		queue = append(queue, wallQuery{kind: k, byKind: true})
-	}
-	for len(queue) > 0 {
-		q := queue[0]
-		queue = queue[1:]
-		full, err := w.query(ctx, r, q)
-		if err != nil {
-			return err
-		}
-		if !full {
-			continue
-		}
-		switch {
-		case q.authors == nil:
-			report.Method = "kind+author"
-			authors := sortedKeys(w.kinds[q.kind])
-			queue = append(queue, wallQuery{kind: q.kind, byKind: true, authors: authors})
-		case len(q.authors) > 1:
-			h := len(q.authors) / 2
-			queue = append(queue,
-				wallQuery{kind: q.kind, byKind: true, authors: q.authors[:h]},
-				wallQuery{kind: q.kind, byKind: true, authors: q.authors[h:]})
-		default:
-			report.Complete = false
-			report.Unsplit = append(report.Unsplit, fmt.Sprintf("kind %d author %s", q.kind, q.authors[0]))
+	report := WallReport{Second: second, Method: "kind"}
+	for leaves := w.plan.Next(); len(leaves) > 0; leaves = w.plan.Next() {
+		for _, l := range leaves {
+			if l.Authors != nil {
+				report.Method = "kind+author"
+			}
+			lfull, n, err := w.query(ctx, r, l)
+			if err != nil {
+				return err
+			}
+			if err := w.plan.Report(l, lfull, n); err != nil {
+				return err
+			}
 		}
 	}
 	report.Events = len(w.ids)
 	if r.count {
 		if n, ok := r.countSecond(ctx, second); ok {
 			report.Count = n
-			enumerated = true
-			if n > int64(report.Events) {
-				report.Complete = false
-				report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", n, report.Events))
-			}
+			w.plan.SetTotal(n)
 		}
 	}
-	if !enumerated {
-		report.Complete = false
+	st := w.plan.Status()
+	report.Complete = st.Complete && (st.Verified || !full)
+	for _, l := range st.Unsplittable {
+		report.Unsplit = append(report.Unsplit, fmt.Sprintf("kind %d author %s", l.Kind, l.Authors[0]))
+	}
+	switch {
+	case st.Total >= 0 && st.Found < st.Total:
+		report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", st.Total, st.Found))
+	case full && !st.Verified:
 		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and the relay answers no COUNT")
 	}
 	r.log.Info("wall", zap.Int64("second", second), zap.Int("events", report.Events),
@@ -81,45 +68,40 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	return nil
 }
 
-type wallQuery struct {
-	byKind  bool
-	kind    int
-	authors []string
-}
-
 type wallSplit struct {
-	second int64
-	ids    map[[32]byte]bool
-	kinds  map[int]map[string]bool // kind -> authors seen at this second
+	plan *shard.WallPlan
+	ids  map[[32]byte]bool
 }
 
-// query runs one sub-query of the wall (retrying failed pages), commits
-// what it returns, and reports whether its page was full, so that it must
-// be split further.
-func (w *wallSplit) query(ctx context.Context, r *relayCrawl, q wallQuery) (bool, error) {
+// query runs one sub-query of the wall (a Leaf; Kind -1 means the whole
+// second), retrying failed pages, commits what it returns, shows the plan
+// the kinds and authors it revealed, and reports whether its page was full
+// and how many events of the second it returned.
+func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (bool, int, error) {
+	second := w.plan.Second()
 	var kinds []int
-	if q.byKind {
-		kinds = []int{q.kind}
+	if l.Kind >= 0 {
+		kinds = []int{l.Kind}
 	}
-	f := r.filter(w.second, w.second, kinds, q.authors)
+	f := r.filter(second, second, kinds, l.Authors)
 	failures, slowdowns := 0, 0
 	for {
 		page, pc, err := r.fetch(ctx, f)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
-		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("wall %d sub-query", w.second)) {
+		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("wall %d sub-query", second)) {
 			if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
-				return false, err
+				return false, 0, err
 			}
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return false, 0, ctx.Err()
 			}
 			continue
 		}
 		n := 0
 		for _, it := range page.Items {
-			if it.CreatedAt != w.second {
+			if it.CreatedAt != second {
 				continue
 			}
 			n++
@@ -129,16 +111,13 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, q wallQuery) (bool
 				PubKey string `json:"pubkey"`
 			}
 			if json.Unmarshal(it.Raw, &head) == nil {
-				if w.kinds[head.Kind] == nil {
-					w.kinds[head.Kind] = map[string]bool{}
-				}
-				w.kinds[head.Kind][head.PubKey] = true
+				w.plan.Observe(head.Kind, head.PubKey)
 			}
 		}
 		if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
-			return false, err
+			return false, 0, err
 		}
-		return page.End == EndOverflow || r.full(n), nil
+		return page.End == EndOverflow || r.full(n), n, nil
 	}
 }
 
@@ -156,13 +135,4 @@ func (r *relayCrawl) countSecond(ctx context.Context, second int64) (int64, bool
 		return 0, false
 	}
 	return page.Count, true
-}
-
-func sortedKeys[K int | string, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
