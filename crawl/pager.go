@@ -110,7 +110,7 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 			// controller lowers concurrency and the wait grows.
 			r.refusal("rate-limited", adaptive.RateLimited)
 			*slowdowns++
-			_ = r.backoff(ctx, 2+min(*slowdowns, 8))
+			_ = r.c.backoff(ctx, 2+min(*slowdowns, 8))
 			return false
 		default:
 			r.refusal("closed:"+prefix, adaptive.ClosedError)
@@ -133,7 +133,7 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 		r.fail(FinishGaveUp, fmt.Sprintf("%s failed %d times, last: %s %s", what, *failures, page.End, page.Reason))
 		return false
 	}
-	_ = r.backoff(ctx, *failures)
+	_ = r.c.backoff(ctx, *failures)
 	return false
 }
 

@@ -137,7 +137,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 			if p.open() > 0 {
 				break // another dial got through meanwhile: use that one
 			}
-			if err := p.r.backoff(ctx, attempt); err != nil {
+			if err := p.r.c.backoff(ctx, attempt); err != nil {
 				p.r.c.releaseConn()
 				return nil, err
 			}

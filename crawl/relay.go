@@ -363,9 +363,9 @@ type shardAdvance struct {
 }
 
 // backoff sleeps for the attempt-th retry: exponential with full jitter.
-func (r *relayCrawl) backoff(ctx context.Context, attempt int) error {
-	d := r.c.opts.BackoffMin << min(attempt, 16)
-	d = min(d, r.c.opts.BackoffMax)
+func (c *Crawler) backoff(ctx context.Context, attempt int) error {
+	d := c.opts.BackoffMin << min(attempt, 16)
+	d = min(d, c.opts.BackoffMax)
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()

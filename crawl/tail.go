@@ -45,11 +45,10 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 	}
 	log := c.opts.Logger.With(zap.String("relay", url), zap.String("mode", "tail"))
 	rm := c.opts.Metrics.forRelay(url)
-	r := &relayCrawl{c: c, url: url} // for backoff
 	hwm := opts.Since
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
-			if err := r.backoff(ctx, min(attempt, 8)); err != nil {
+			if err := c.backoff(ctx, min(attempt, 8)); err != nil {
 				return nil
 			}
 		}

@@ -72,12 +72,10 @@ func New(opts Options) (*Daemon, error) {
 	d := &Daemon{opts: opts, log: opts.Logger, reg: prometheus.NewRegistry(), cfg: cfg, relays: map[string]*relayLoop{}}
 	d.reg.MustRegister(collectors.NewGoCollector())
 	d.metrics = newMetrics(d.reg)
-	listener := pebble.MakeLoggingEventListener(nil)
-	listener.WriteStallBegin = func(pebble.WriteStallBeginInfo) { d.metrics.writeStalls.Inc() }
-	listener.DiskSlow = func(pebble.DiskSlowInfo) { d.metrics.diskSlow.Inc() }
-	listener.BackgroundError = func(err error) { d.log.Error("pebble background error", zap.Error(err)) }
 	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, HotBytes: 16 << 20, EventListener: &pebble.EventListener{
-		WriteStallBegin: listener.WriteStallBegin, DiskSlow: listener.DiskSlow, BackgroundError: listener.BackgroundError,
+		WriteStallBegin: func(pebble.WriteStallBeginInfo) { d.metrics.writeStalls.Inc() },
+		DiskSlow:        func(pebble.DiskSlowInfo) { d.metrics.diskSlow.Inc() },
+		BackgroundError: func(err error) { d.log.Error("pebble background error", zap.Error(err)) },
 	}})
 	if err != nil {
 		return nil, err
