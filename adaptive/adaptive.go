@@ -3,9 +3,11 @@
 //
 // The relay's real limits are unknown (NIP-11 is a prior, often missing or
 // wrong) and they move (a relay's sweet spot shifts as its data grows), so
-// the Controller measures and adapts: additive increase while throughput
-// keeps rising and page latency holds, alternating between REQs per
-// connection and connections; multiplicative decrease on any refusal, with
+// the Controller measures and adapts: it starts in slow start, doubling
+// one dimension per measurement while each doubling pays (a relay far from
+// its limits is found in a few epochs, not dozens), then additive increase
+// while throughput keeps rising and page latency holds, alternating
+// between REQs per connection and connections; multiplicative decrease on any refusal, with
 // learned ceilings for the limits a refusal reveals; and, after a quiet
 // period, a cautious probe back up, because a peer's limiter that only goes
 // down would starve a relay whose limits were lifted.
@@ -16,6 +18,7 @@ package adaptive
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -122,6 +125,7 @@ type Controller struct {
 	// satC/satR: the last increase of that dimension did not pay.
 	satC, satR bool
 	connNext   bool  // the next increase tries connections first
+	slow       bool  // slow start: increases double until one does not pay
 	step       *step // the increase being measured, if any
 
 	ep       epoch
@@ -170,7 +174,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, capC: cfg.MaxConns, capR: cfg.MaxInflightPerConn, quiet: cfg.QuietPeriod, connNext: true}
+	c := &Controller{cfg: cfg, capC: cfg.MaxConns, capR: cfg.MaxInflightPerConn, quiet: cfg.QuietPeriod, connNext: true, slow: true}
 	if cfg.MaxSubscriptions > 0 {
 		c.capR = min(c.capR, cfg.MaxSubscriptions)
 	}
@@ -239,6 +243,7 @@ func (c *Controller) evaluate(now time.Time) {
 			} else {
 				c.satR = true
 			}
+			c.slow = false
 			c.probeAt = now.Add(c.quiet)
 			c.set(now, s.fromC, s.fromR, reason, 0)
 			c.increase(now) // the other dimension, from the same baseline
@@ -305,17 +310,34 @@ func (c *Controller) allowed(conn, probe bool) bool {
 	return under(nc, c.ceilC) && under(nr, c.ceilR) && under(nc*nr, c.ceilT)
 }
 
+// orMax is a ceiling with 0 (none) read as no limit.
+func orMax(ceiling int) int {
+	if ceiling == 0 {
+		return math.MaxInt
+	}
+	return ceiling
+}
+
 // under reports whether v respects ceiling (0 = none).
 func under(v, ceiling int) bool { return ceiling == 0 || v <= ceiling }
 
+// grow steps one dimension up by one, or in slow start doubles it as far
+// as the caps and learned ceilings allow (allowed has checked that one
+// more fits).
 func (c *Controller) grow(now time.Time, conn, probe bool) {
 	c.step = &step{conn: conn, fromC: c.conns, fromR: c.inflight, probe: probe}
 	c.connNext = !conn
 	nc, nr := c.conns, c.inflight
 	if conn {
 		nc++
+		if c.slow && !probe {
+			nc = max(nc, min(2*c.conns, c.capC, orMax(c.ceilC), orMax(c.ceilT)/nr))
+		}
 	} else {
 		nr++
+		if c.slow && !probe {
+			nr = max(nr, min(2*c.inflight, c.capR, orMax(c.ceilR), orMax(c.ceilT)/nc))
+		}
 	}
 	reason := ReasonIncrease
 	if probe {
@@ -366,6 +388,7 @@ func (c *Controller) Refused(now time.Time, kind Refusal) {
 			c.quiet = min(2*c.quiet, c.cfg.MaxQuietPeriod)
 		}
 		c.step = nil
+		c.slow = false
 		c.satC, c.satR = false, false // the regime changed: climb back to the ceilings
 		c.baseline = 0
 		c.heldFrom = from

@@ -457,3 +457,29 @@ func TestSimNeverExceedsCaps(t *testing.T) {
 		}
 	}
 }
+
+func TestSimSlowStartFindsCapacityQuickly(t *testing.T) {
+	// 80 000 events/s need 32 pages in flight at 200 ms each; additive
+	// steps of one, 2 s or more apiece, would take most of a minute.
+	relay := simRelay{latency: 200 * time.Millisecond, pageEvents: 500, perConn: 8, capacity: 80000}
+	s := newSim(t, relay, DefaultConfig())
+	end := 2 * time.Minute
+	s.run(end)
+	reached := end
+	for at := time.Duration(0); at+5*time.Second <= end; at += time.Second {
+		if s.throughput(at, at+5*time.Second) >= 0.8*relay.capacity {
+			reached = at + 5*time.Second
+			break
+		}
+	}
+	conns, r := s.ctl.Target()
+	t.Logf("80%% of capacity by %v; final %dx%d, %.0f events/s over the last minute", reached, conns, r, s.throughput(end-time.Minute, end))
+	if reached > 15*time.Second {
+		s.logChanges()
+		t.Fatalf("took %v to reach 80%% of capacity, want <= 15s (additive steps alone take 20s)", reached)
+	}
+	if got := s.throughput(end-time.Minute, end); got < 0.9*relay.capacity {
+		s.logChanges()
+		t.Fatalf("settled at %.0f events/s, want >= 90%% of %.0f", got, relay.capacity)
+	}
+}

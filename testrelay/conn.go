@@ -40,6 +40,10 @@ type conn struct {
 	buf  []byte  // frames waiting for one write
 	pos  []int32 // positions of the page being served
 	sent int     // EVENT frames sent on this connection
+	// workersFree holds, per page worker, when it finishes its current
+	// page (Latency model): a REQ is served at max(arrival, earliest
+	// free) + Latency.
+	workersFree []time.Time
 }
 
 // sub is an open subscription; CLOSE (or a REQ reusing its id) cancels it.
@@ -61,6 +65,7 @@ type job struct {
 	count   bool   // COUNT
 	subJSON []byte // the subscription id as a JSON string
 	filters []filter
+	arrived time.Time // REQ: when the reader queued it
 }
 
 const (
@@ -183,14 +188,8 @@ func (c *conn) write(b []byte) error {
 // serve answers one REQ: its EVENT frames newest first, then EOSE.
 func (c *conn) serve(j job) error {
 	o := c.r.options()
-	if o.Latency > 0 {
-		t := time.NewTimer(o.Latency)
-		select {
-		case <-t.C:
-		case <-c.stop:
-			t.Stop()
-			return errStopped
-		}
+	if err := c.sleepUntil(c.pageReady(j.arrived, o)); err != nil {
+		return err
 	}
 	if j.sub.cancelled.Load() {
 		return nil
@@ -209,6 +208,9 @@ func (c *conn) serve(j job) error {
 		pos = slices.Compact(pos)
 	}
 	c.pos = pos
+	if err := c.sleepUntil(c.r.capacity.reserve(time.Now(), len(pos), o.Capacity)); err != nil {
+		return err
+	}
 
 	buf := c.buf[:0]
 	sent := 0
@@ -237,6 +239,45 @@ func (c *conn) serve(j job) error {
 	}
 	c.r.st.pages.Add(1)
 	return nil
+}
+
+// pageReady returns when the page of a REQ that arrived at arrived is
+// ready under o's Latency and PageWorkers, and books the worker serving it.
+func (c *conn) pageReady(arrived time.Time, o *Options) time.Time {
+	if o.Latency <= 0 {
+		return time.Time{}
+	}
+	if len(c.workersFree) != o.PageWorkers {
+		c.workersFree = make([]time.Time, o.PageWorkers)
+	}
+	w := 0
+	for i, t := range c.workersFree {
+		if t.Before(c.workersFree[w]) {
+			w = i
+		}
+	}
+	start := arrived
+	if c.workersFree[w].After(start) {
+		start = c.workersFree[w]
+	}
+	c.workersFree[w] = start.Add(o.Latency)
+	return c.workersFree[w]
+}
+
+// sleepUntil waits for t (no wait if it is past) or the connection's end.
+func (c *conn) sleepUntil(t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-c.stop:
+		return errStopped
+	}
 }
 
 // deliver queues items that match a live subscription of c, as a relay
@@ -488,7 +529,7 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	c.subs[id] = s
 	storeMax(&c.r.st.peakSubsPerConn, int64(len(c.subs)))
 	c.subsMu.Unlock()
-	c.enqueue(job{sub: s, subJSON: subJSON, filters: filters})
+	c.enqueue(job{sub: s, subJSON: subJSON, filters: filters, arrived: time.Now()})
 }
 
 func (c *conn) refuse(v ...any) {

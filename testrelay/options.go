@@ -77,10 +77,23 @@ type Options struct {
 	// "unsupported: ...".
 	SupportCount bool
 
-	// Latency delays each page (each REQ's answer) by this much, which
-	// sets a per-connection cadence: pages of one connection are served one
-	// after another.
+	// Latency delays each page (each REQ's answer) by this much from the
+	// time its REQ arrived or a page worker became free, which sets a
+	// per-connection cadence: a connection serves at most PageWorkers
+	// pages per Latency.
 	Latency time.Duration
+
+	// PageWorkers is how many REQs of one connection are in service at
+	// once under Latency, as a relay's query workers serve several REQs of
+	// one socket concurrently (the seeds measured throughput rising with
+	// in-flight REQs up to a per-connection wall). Pages are still written
+	// in arrival order. Default 1.
+	PageWorkers int
+
+	// Capacity caps the events per second the relay serves across all its
+	// connections (its database's limit), 0 meaning none: a page waits
+	// until the relay-wide budget has room for it.
+	Capacity float64
 
 	// SendLimitsFrame sends an unstandardized ["LIMITS",{...}] frame on
 	// connect, as some relays do.
@@ -120,6 +133,9 @@ func (o Options) withDefaults() Options {
 	if o.QueueDepth == 0 {
 		o.QueueDepth = DefaultQueueDepth
 	}
+	if o.PageWorkers == 0 {
+		o.PageWorkers = 1
+	}
 	return o
 }
 
@@ -151,6 +167,10 @@ func (o Options) Validate() error {
 		return bad("NoticeOnlyEvery %d < 0", o.NoticeOnlyEvery)
 	case o.Latency < 0:
 		return bad("Latency %v < 0", o.Latency)
+	case o.PageWorkers < 0:
+		return bad("PageWorkers %d < 0", o.PageWorkers)
+	case o.Capacity < 0:
+		return bad("Capacity %v < 0", o.Capacity)
 	case o.MaxMessageLength < 0:
 		return bad("MaxMessageLength %d < 0", o.MaxMessageLength)
 	case o.QueueDepth < 0:

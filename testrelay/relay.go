@@ -42,12 +42,13 @@ type Relay struct {
 	upgrader *gws.Upgrader
 	url      string
 
-	mu      sync.Mutex
-	closed  bool
-	conns   map[*conn]struct{}
-	perIP   map[string]int
-	buckets map[string]*bucket // per-IP request buckets (RatePerIP)
-	wg      sync.WaitGroup     // Serve, every connection's reader and writer
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*conn]struct{}
+	perIP    map[string]int
+	buckets  map[string]*bucket // per-IP request buckets (RatePerIP)
+	capacity pacer              // Options.Capacity across connections
+	wg       sync.WaitGroup     // Serve, every connection's reader and writer
 
 	st       counters
 	openSubs atomic.Int64
@@ -359,6 +360,30 @@ func (w *wireConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.Conn.Write(p)
+}
+
+// pacer spreads the relay's Capacity over time: each page reserves its
+// events and is served when the reservations before it have drained.
+type pacer struct {
+	mu   sync.Mutex
+	next time.Time // when the budget is free again
+}
+
+// reserve books n events at rate events/s and returns when they are
+// ready to send: once the relay has produced them after what was booked
+// before (zero time when rate is 0: no cap).
+func (p *pacer) reserve(now time.Time, n int, rate float64) time.Time {
+	if rate <= 0 || n == 0 {
+		return time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := p.next
+	if at.Before(now) {
+		at = now
+	}
+	p.next = at.Add(time.Duration(float64(n) / rate * float64(time.Second)))
+	return p.next
 }
 
 // bucket is a token bucket; its owner serializes access.

@@ -711,3 +711,77 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("defaults %+v", d)
 	}
 }
+
+func TestPageReadyWorkers(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		workers  int
+		arrivals []int // ms
+		want     []int // ms
+	}{
+		{1, []int{0, 0, 0}, []int{100, 200, 300}},
+		{2, []int{0, 0, 0, 0}, []int{100, 100, 200, 200}},
+		{4, []int{0, 0, 0, 0, 0}, []int{100, 100, 100, 100, 200}},
+		{2, []int{0, 150, 160, 500}, []int{100, 250, 260, 600}},
+	} {
+		c := &conn{}
+		o := &Options{Latency: 100 * time.Millisecond, PageWorkers: tc.workers}
+		for i, a := range tc.arrivals {
+			if got := c.pageReady(ms(a), o); !got.Equal(ms(tc.want[i])) {
+				t.Errorf("workers %d, REQ %d arriving at %dms: ready at %v, want %dms", tc.workers, i, a, got.Sub(t0), tc.want[i])
+			}
+		}
+	}
+	if got := (&conn{}).pageReady(t0, &Options{PageWorkers: 3}); !got.IsZero() {
+		t.Errorf("no latency: ready at %v, want at once", got)
+	}
+}
+
+func TestPacerSpreadsCapacity(t *testing.T) {
+	var p pacer
+	t0 := time.Unix(1000, 0)
+	if got := p.reserve(t0, 500, 0); !got.IsZero() {
+		t.Fatalf("no capacity cap: wait until %v", got)
+	}
+	// 1000 events/s: pages of 500 are ready 0.5 s apart, however many ask at once.
+	for i, want := range []time.Duration{500, 1000, 1500} {
+		if got := p.reserve(t0, 500, 1000).Sub(t0); got != want*time.Millisecond {
+			t.Errorf("page %d ready at +%v, want +%vms", i, got, want)
+		}
+	}
+	// After an idle spell the budget restarts from now, not from the past.
+	later := t0.Add(10 * time.Second)
+	if got := p.reserve(later, 100, 1000).Sub(later); got != 100*time.Millisecond {
+		t.Errorf("after idle: ready at +%v, want +100ms", got)
+	}
+}
+
+// TestCapacityAndCadenceOverSockets checks the service model end to end:
+// the floors a client can measure (a bound below, never above, so that a
+// loaded machine cannot fail it).
+func TestCapacityAndCadenceOverSockets(t *testing.T) {
+	items := synth(2000, func(i int) int64 { return int64(i + 1) })
+	r := newRelay(t, Options{Latency: 50 * time.Millisecond, Capacity: 10000}, items...)
+	c := dial(t, r.URL())
+	start := time.Now()
+	for i := range 4 {
+		c.send("REQ", fmt.Sprint("s", i), map[string]any{"limit": 500, "until": 2000 - 500*i})
+	}
+	n := 0
+	for eose := 0; eose < 4; {
+		m := c.nextMsg()
+		switch m.label {
+		case "EVENT":
+			n++
+		case "EOSE":
+			eose++
+		default:
+			t.Fatalf("unexpected %s", m.raw)
+		}
+	}
+	// 2000 events at 10,000/s take >= 200 ms; one worker serves 4 pages in >= 4 x 50 ms.
+	if d := time.Since(start); n != 2000 || d < 200*time.Millisecond {
+		t.Fatalf("%d events in %v: want 2000 in >= 200ms", n, d)
+	}
+}
