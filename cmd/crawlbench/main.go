@@ -61,6 +61,7 @@ type config struct {
 	rawInflight  int
 	verifyEvents int
 	crawlArgs    string
+	relayArgs    string
 	out          string
 	keep         bool
 	verbose      bool
@@ -97,6 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rawInflight, "raw-inflight", 0, "raw reader's REQs in flight per connection (0: what (c) settled on)")
 	fs.IntVar(&c.verifyEvents, "verify-events", 20_000, "events of the btcec verify baseline")
 	fs.StringVar(&c.crawlArgs, "crawl-args", "", "extra `archiver crawl` flags for both archiver runs, space-separated")
+	fs.StringVar(&c.relayArgs, "relay-args", "", "extra `testrelay` flags, space-separated: e.g. \"-latency 100ms -page-workers 4 -capacity 30000\" serves like a remote relay (per-REQ latency, per-connection and relay-wide limits) instead of as fast as loopback allows")
 	fs.StringVar(&c.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&c.keep, "keep", false, "keep the binaries and archives (their directory is printed)")
 	fs.BoolVar(&c.verbose, "v", false, "echo and report every concurrency decision of the adaptive run")
@@ -139,8 +141,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	progress("starting testrelay with %d events (the first run signs them and caches them in %s)", c.events, c.cache)
 	relayStart := time.Now()
-	relay, err := startRelay(ctx, relayBin, "-listen", "127.0.0.1:0", "-events", strconv.Itoa(c.events),
-		"-seed", strconv.FormatUint(c.seed, 10), "-fixture-cache", c.cache)
+	relayArgs := append([]string{"-listen", "127.0.0.1:0", "-events", strconv.Itoa(c.events),
+		"-seed", strconv.FormatUint(c.seed, 10), "-fixture-cache", c.cache}, strings.Fields(c.relayArgs)...)
+	relay, err := startRelay(ctx, relayBin, relayArgs...)
 	if err != nil {
 		return err
 	}
@@ -243,8 +246,8 @@ func (b *bench) run(ctx context.Context) (report, error) {
 	perCore := verify.rate() / float64(procs)
 	rep := report{
 		Header: []string{
-			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process; %s, %s, GOMAXPROCS %d.",
-				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, cpuModel(), runtime.Version(), procs),
+			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process (%s); %s, %s, GOMAXPROCS %d.",
+				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, relayProfile(b.cfg.relayArgs), cpuModel(), runtime.Version(), procs),
 		},
 		Rows: []row{raw1, rawK, fixed, adaptive, verify, baseRow, verified},
 		Notes: []string{
@@ -395,6 +398,14 @@ func (b *bench) stats(ctx context.Context, data string) (archiveStats, error) {
 }
 
 // cpuModel names the processor, for the report's header.
+// relayProfile names how the relay serves, for the report's header.
+func relayProfile(args string) string {
+	if strings.TrimSpace(args) == "" {
+		return "serving as fast as loopback allows"
+	}
+	return "testrelay " + strings.Join(strings.Fields(args), " ")
+}
+
 func cpuModel() string {
 	f, err := os.Open("/proc/cpuinfo")
 	if err != nil {
