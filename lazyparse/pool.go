@@ -43,6 +43,9 @@ type Options struct {
 	// Idle is how long Run sleeps when the queue is empty and nobody
 	// calls Notify; default 200ms.
 	Idle time.Duration
+	// ScanFraction: Drain reads the backlog in key order when at least
+	// this fraction of the stored ids is pending; default 0.125.
+	ScanFraction float64
 }
 
 func (o *Options) setDefaults() {
@@ -61,6 +64,9 @@ func (o *Options) setDefaults() {
 	if o.Idle == 0 {
 		o.Idle = 200 * time.Millisecond
 	}
+	if o.ScanFraction == 0 {
+		o.ScanFraction = 0.125
+	}
 }
 
 // Validate reports the first bad option.
@@ -72,6 +78,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("lazyparse: Workers %d < 1", o.Workers)
 	case o.BatchSize < 1:
 		return fmt.Errorf("lazyparse: BatchSize %d < 1", o.BatchSize)
+	case !(o.ScanFraction > 0):
+		return fmt.Errorf("lazyparse: ScanFraction %v <= 0", o.ScanFraction)
 	}
 	return nil
 }
@@ -135,10 +143,34 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-// Drain verifies until the queue is empty (or ctx is done) and returns
-// how many copies it judged.
+// Drain verifies every pending copy (or until ctx is done) and returns
+// how many copies it judged. A large backlog (at least ScanFraction of the
+// stored ids) is read in key order (rawstore.ScanPending: sequential
+// reads, excluding ingest meanwhile); the rest, and a small backlog, from
+// the queue.
 func (p *Pool) Drain(ctx context.Context) (int, error) {
 	total := 0
+	st, err := p.opts.Store.Stats()
+	if err != nil {
+		return 0, err
+	}
+	if st.Pending > 0 && float64(st.Pending) >= p.opts.ScanFraction*float64(st.Events) {
+		n, err := p.opts.Store.ScanPending(ctx, p.opts.BatchSize, func(items []rawstore.Pending, vs []rawstore.Verdict) error {
+			start := time.Now()
+			if err := p.judge(items, vs, false); err != nil {
+				return err
+			}
+			p.observe(vs, start)
+			return nil
+		})
+		total += n
+		if err != nil {
+			if ctx.Err() != nil {
+				return total, ctx.Err()
+			}
+			return total, fmt.Errorf("lazyparse: verify in key order: %w", err)
+		}
+	}
 	for ctx.Err() == nil {
 		n, err := p.step()
 		total += n
@@ -149,7 +181,7 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 	return total, ctx.Err()
 }
 
-// step judges one batch and returns its size.
+// step judges one batch from the queue and returns its size.
 func (p *Pool) step() (int, error) {
 	items, err := p.opts.Store.NextPending(p.last, p.opts.BatchSize)
 	if err != nil || len(items) == 0 {
@@ -157,6 +189,27 @@ func (p *Pool) step() (int, error) {
 	}
 	start := time.Now()
 	verdicts := make([]rawstore.Verdict, len(items))
+	if err := p.judge(items, verdicts, true); err != nil {
+		return 0, err
+	}
+	if err := p.opts.Store.Apply(items, verdicts); err != nil {
+		return 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
+	}
+	p.last = items[len(items)-1].Seq
+	p.observe(verdicts, start)
+	return len(items), nil
+}
+
+func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {
+	if m := p.opts.Metrics; m != nil {
+		m.observe(vs, time.Since(start))
+	}
+}
+
+// judge fills verdicts[i] for items[i], the items split evenly over the
+// workers; with load, each worker first reads its items' bytes (random
+// reads cost as much as a parse, so they spread too).
+func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load bool) error {
 	errs := make([]error, len(p.verifiers))
 	var wg sync.WaitGroup
 	chunk := (len(items) + len(p.verifiers) - 1) / len(p.verifiers)
@@ -167,11 +220,11 @@ func (p *Pool) step() (int, error) {
 			defer wg.Done()
 			var buf []byte
 			for i := lo; i < hi; i++ {
-				// Each worker reads its own copies: the reads are random
-				// and cost as much as a parse, so they spread too.
-				if err := p.opts.Store.Load(&items[i]); err != nil {
-					errs[w] = err
-					return
+				if load {
+					if err := p.opts.Store.Load(&items[i]); err != nil {
+						errs[w] = err
+						return
+					}
 				}
 				if items[i].Raw != nil {
 					verdicts[i], buf = Judge(items[i].ID, items[i].Raw, verify, buf)
@@ -181,16 +234,9 @@ func (p *Pool) step() (int, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, fmt.Errorf("lazyparse: load queued copies: %w", err)
+		return fmt.Errorf("lazyparse: load queued copies: %w", err)
 	}
-	if err := p.opts.Store.Apply(items, verdicts); err != nil {
-		return 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
-	}
-	p.last = items[len(items)-1].Seq
-	if m := p.opts.Metrics; m != nil {
-		m.observe(verdicts, time.Since(start))
-	}
-	return len(items), nil
+	return nil
 }
 
 // Judge decides one copy stored under id. buf is scratch space for the

@@ -14,6 +14,7 @@ const (
 	prefixRelay     = 'N' // N|relay -> crawl-owned relay record (url first)
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)
 	prefixMalformed = 'M' // M|sha256(raw) -> (empty): malformed frames already quarantined
+	prefixInternal  = 'X' // X|name -> the store's own bookkeeping (see scanKey)
 )
 
 const (

@@ -82,6 +82,7 @@ type Store struct {
 
 	pendingSeq atomic.Uint64
 	quarSeq    atomic.Uint64
+	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
 	hot        *hotCopies
 
 	relayMu  sync.Mutex
@@ -143,7 +144,8 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// load restores the sequence counters and the relay registry.
+// load restores the sequence counters, an unfinished scan's mark and the
+// relay registry.
 func (s *Store) load() error {
 	for _, p := range []struct {
 		prefix byte
@@ -156,6 +158,11 @@ func (s *Store) load() error {
 		if len(last) == 9 {
 			p.seq.Store(binary.BigEndian.Uint64(last[1:]))
 		}
+	}
+	if v, err := s.get(scanKey); err != nil {
+		return err
+	} else if len(v) == 8 {
+		s.staleUpTo.Store(binary.BigEndian.Uint64(v))
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
 	if err != nil {

@@ -83,9 +83,10 @@ func (s *Store) Load(p *Pending) error {
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and
-// removes the items from the queue. Items must be in queue order: a
-// primary copy's verdict is applied before its alternates', and an
-// alternate that verifies replaces a primary that did not.
+// removes the items from the queue (items with Seq 0, from ScanPending,
+// were not taken from it). Items must be in queue order: a primary copy's
+// verdict is applied before its alternates', and an alternate that
+// verifies replaces a primary that did not.
 func (s *Store) Apply(items []Pending, vs []Verdict) error {
 	if len(items) != len(vs) {
 		return fmt.Errorf("rawstore: %d verdicts for %d items", len(vs), len(items))
@@ -98,7 +99,9 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 		if err := a.apply(&items[i], vs[i]); err != nil {
 			return err
 		}
-		_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
+		if items[i].Seq != 0 {
+			_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
+		}
 	}
 	for name, d := range a.counters {
 		if d != 0 {
@@ -152,6 +155,13 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		// lookup is spent on proving it.
 		if _, ok := a.status[p.ID]; ok {
 			return nil // judged earlier in this batch
+		}
+		if p.Seq != 0 && p.Seq <= a.s.staleUpTo.Load() {
+			// Queued before an unfinished key-order scan, which may have
+			// judged it.
+			if v, err := a.s.get(verdictKey(&p.ID)); err != nil || v != nil {
+				return err
+			}
 		}
 		a.setVerdict(&p.ID, p.Relay, v)
 		a.count(CounterPending, -1)
@@ -227,10 +237,12 @@ func (a *applier) quarantine(relay uint32, reason string, id *[32]byte, raw []by
 // verification again (`archiver reprocess --all`, e.g. after a verifier
 // change). Quarantined copies stay quarantined and keep their counts.
 func (s *Store) ResetVerdicts() (queued int, err error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
+	// ingestMu before applyMu, as in ScanPending (which applies while
+	// excluding ingest).
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	st, err := s.Stats()
 	if err != nil {
 		return 0, err

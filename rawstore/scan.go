@@ -1,0 +1,179 @@
+package rawstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// scanKey holds, while a key-order scan (ScanPending) is unfinished, the
+// highest queue seq it may leave stale: the queue entries of copies the
+// scan judged are only dropped when it completes, so until then a queued
+// primary at or below it is checked for a verdict before it is judged.
+var scanKey = []byte{prefixInternal, 's', 'c', 'a', 'n'}
+
+// Judge decides a batch of pending copies: vs[i] judges items[i].
+type Judge func(items []Pending, vs []Verdict) error
+
+// ScanPending judges every pending copy in key order, primary copies
+// first, then alternates, batch copies at a time, and returns how many it
+// judged. Reading in key order reads the event bodies sequentially, where
+// the queue order (NextPending) reads them at random: it is how a large
+// backlog (`archiver reprocess`, a crawl's final drain) is verified.
+//
+// It excludes Ingest while it runs, so it is for an archive nobody is
+// crawling into. Interrupted (ctx, error, crash), it leaves the archive
+// consistent: what it judged keeps its verdict, the rest stays pending and
+// queued, and the queue skips what the scan already judged.
+func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("rawstore: scan batch %d < 1", batch)
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	upTo := s.pendingSeq.Load()
+	if upTo > s.staleUpTo.Load() {
+		if err := s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync); err != nil {
+			return 0, fmt.Errorf("rawstore: begin verify scan: %w", err)
+		}
+		s.staleUpTo.Store(upTo)
+	}
+	n := 0
+	for _, pass := range []struct {
+		prefix  byte
+		pending func(it, vit *pebble.Iterator, p *Pending) bool
+	}{{prefixEvent, pendingPrimary}, {prefixAlternate, pendingAlternate}} {
+		m, err := s.scanPass(ctx, batch, judge, pass.prefix, pass.pending)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	// Everything queued up to upTo has been judged: drop those entries.
+	// Entries the passes queued themselves (a promoted alternate's old
+	// primary) are above upTo and stay.
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(seqKey(prefixPending, 0), seqKey(prefixPending, upTo+1), nil)
+	_ = b.Delete(scanKey, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return n, fmt.Errorf("rawstore: end verify scan: %w", err)
+	}
+	s.staleUpTo.Store(0)
+	return n, nil
+}
+
+// scanPass walks the keys under prefix, pending() choosing what to judge.
+// A reader goroutine fills the next batch while judge works on the current
+// one, so the reads overlap the verification. The iterators' snapshot is
+// the pass's start: what Apply writes meanwhile is behind them.
+func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byte, pending func(it, vit *pebble.Iterator, p *Pending) bool) (int, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		return 0, err
+	}
+	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
+	if err != nil {
+		it.Close()
+		return 0, err
+	}
+	batches := make(chan []Pending, 1) // one batch read ahead
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		err := func() error {
+			it.First()
+			vit.First()
+			items := make([]Pending, 0, batch)
+			for p := (Pending{}); pending(it, vit, &p); p = (Pending{}) {
+				if items = append(items, p); len(items) == batch {
+					select {
+					case batches <- items:
+					case <-stop:
+						return nil
+					}
+					items = make([]Pending, 0, batch)
+				}
+			}
+			if len(items) > 0 {
+				select {
+				case batches <- items:
+				case <-stop:
+				}
+			}
+			return errors.Join(it.Error(), vit.Error())
+		}()
+		readErr <- errors.Join(err, it.Close(), vit.Close())
+	}()
+
+	n := 0
+	err = func() error {
+		for items := range batches {
+			vs := make([]Verdict, len(items))
+			if err := judge(items, vs); err != nil {
+				return err
+			}
+			if err := s.Apply(items, vs); err != nil {
+				return err
+			}
+			n += len(items)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	close(stop)
+	for range batches { // let the reader see stop and finish
+	}
+	return n, errors.Join(err, <-readErr)
+}
+
+// pendingPrimary fills p with the primary copy without a verdict at or
+// after it's position and steps it past; it reports false at the end.
+// vit walks the verdicts alongside: both are in id order, so the join
+// reads each key once and the bodies of judged copies not at all.
+func pendingPrimary(it, vit *pebble.Iterator, p *Pending) bool {
+	for ; it.Valid(); it.Next() {
+		k := it.Key()
+		for vit.Valid() && bytes.Compare(vit.Key()[1:], k[1:]) < 0 {
+			vit.Next()
+		}
+		if vit.Valid() && bytes.Equal(vit.Key()[1:], k[1:]) {
+			continue // judged
+		}
+		v := it.Value()
+		if len(v) < eventHeaderLen || len(k) != 1+idLen {
+			continue // not a primary record (never written so); left to stats to show
+		}
+		copy(p.ID[:], k[1:])
+		p.Relay = binary.BigEndian.Uint32(v[1:5])
+		p.Raw = append([]byte(nil), v[eventHeaderLen:]...)
+		it.Next()
+		return true
+	}
+	return false
+}
+
+// pendingAlternate is pendingPrimary for alternate copies: those still
+// holding their bytes (a resolved one is emptied) are pending.
+func pendingAlternate(it, _ *pebble.Iterator, p *Pending) bool {
+	for ; it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(v) < eventHeaderLen || len(k) != 1+idLen+hashLen {
+			continue
+		}
+		copy(p.ID[:], k[1:])
+		p.Variant = append([]byte(nil), k[1+idLen:]...)
+		p.Relay = binary.BigEndian.Uint32(v[1:5])
+		p.Raw = append([]byte(nil), v[eventHeaderLen:]...)
+		it.Next()
+		return true
+	}
+	return false
+}

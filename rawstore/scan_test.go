@@ -1,0 +1,148 @@
+package rawstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+)
+
+// mixedArchive ingests, over two relays and several batches, primaries
+// good and bad, alternates (a forged copy first, then the valid one, and
+// the reverse), duplicates, and verifies part of it through the queue, so
+// that a later drain meets every state a copy can be in.
+func mixedArchive(t *testing.T, s *Store, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	r1, _ := s.RelayIndex("wss://a")
+	r2, _ := s.RelayIndex("wss://b")
+	for b := range 6 {
+		var evs []Copy
+		for range 150 {
+			n := rng.IntN(500)
+			body := "good" + fmt.Sprint(n)
+			switch rng.IntN(10) {
+			case 0:
+				body = "forged" + fmt.Sprint(n) // a differing copy: alternate or bad primary
+			case 1:
+				body = "bad-only" + fmt.Sprint(n)
+			}
+			evs = append(evs, Copy{id(n), []byte(body)})
+		}
+		relay := r1
+		if b%2 == 1 {
+			relay = r2
+		}
+		mustIngest(t, s, &Batch{Relay: relay, Events: evs})
+		if b == 2 {
+			drain(t, s, judgeByContent)
+		}
+	}
+}
+
+// archiveState is what a verified archive shows: its counters and its
+// exported and quarantined copies.
+func archiveState(t *testing.T, s *Store) (Stats, map[[32]byte]string, map[string]int) {
+	t.Helper()
+	valid := map[[32]byte]string{}
+	if err := s.ForEachValid(func(id [32]byte, raw []byte) error { valid[id] = string(raw); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	quar := map[string]int{}
+	if err := s.ForEachQuarantined(func(q Quarantined) error { quar[q.Reason+"="+string(q.Raw)]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return mustStats(t, s), valid, quar
+}
+
+func TestScanPendingMatchesQueue(t *testing.T) {
+	for seed := range uint64(4) {
+		queued, scanned := openTest(t), openTest(t)
+		mixedArchive(t, queued, seed)
+		mixedArchive(t, scanned, seed)
+		drain(t, queued, judgeByContent)
+		pending := mustStats(t, scanned).Pending
+		n, err := scanned.ScanPending(context.Background(), 7, judgeAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < int(pending) {
+			t.Fatalf("seed %d: scan judged %d copies, %d ids were pending", seed, n, pending)
+		}
+		// What the scan's own verdicts queued (a promoted alternate's old
+		// primary) is left to the queue.
+		drain(t, scanned, judgeByContent)
+		wantSt, wantValid, wantQuar := archiveState(t, queued)
+		gotSt, gotValid, gotQuar := archiveState(t, scanned)
+		if fmt.Sprint(gotSt) != fmt.Sprint(wantSt) || !maps.Equal(gotValid, wantValid) || !maps.Equal(gotQuar, wantQuar) {
+			t.Fatalf("seed %d: scan gives\n%+v, %d valid, quarantine %v\nqueue gives\n%+v, %d valid, quarantine %v",
+				seed, gotSt, len(gotValid), gotQuar, wantSt, len(wantValid), wantQuar)
+		}
+		if gotSt.Pending != 0 || gotSt.Valid+gotSt.Invalid != gotSt.Events || len(gotValid) == 0 || len(gotQuar) == 0 {
+			t.Fatalf("seed %d: archive not fully judged or trivial: %+v", seed, gotSt)
+		}
+		if items, _ := scanned.NextPending(0, 10); len(items) != 0 {
+			t.Fatalf("seed %d: %d queue entries left after the scan", seed, len(items))
+		}
+	}
+}
+
+// judgeAll is a Judge applying judgeByContent.
+func judgeAll(items []Pending, vs []Verdict) error {
+	for i := range items {
+		vs[i] = judgeByContent(items[i])
+	}
+	return nil
+}
+
+// An interrupted scan leaves verdicts whose queue entries are still there:
+// after a restart, the queue must skip them, not count them twice.
+func TestScanInterruptedThenQueue(t *testing.T) {
+	dir := t.TempDir()
+	want := openTest(t)
+	mixedArchive(t, want, 9)
+	drain(t, want, judgeByContent)
+	wantSt, wantValid, wantQuar := archiveState(t, want)
+
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixedArchive(t, s, 9)
+	errStop := errors.New("stop")
+	batches := 0
+	_, err = s.ScanPending(context.Background(), 10, func(items []Pending, vs []Verdict) error {
+		if batches++; batches == 4 {
+			return errStop
+		}
+		return judgeAll(items, vs)
+	})
+	if !errors.Is(err, errStop) {
+		t.Fatalf("scan returned %v", err)
+	}
+	if st := mustStats(t, s); st.Pending == 0 || st.Valid == 0 {
+		t.Fatalf("the interrupted scan judged all or nothing: %+v", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	drain(t, s, judgeByContent)
+	gotSt, gotValid, gotQuar := archiveState(t, s)
+	if fmt.Sprint(gotSt) != fmt.Sprint(wantSt) || !maps.Equal(gotValid, wantValid) || !maps.Equal(gotQuar, wantQuar) {
+		t.Fatalf("after an interrupted scan and the queue:\n%+v, %d valid, quarantine %v\nwant\n%+v, %d valid, quarantine %v",
+			gotSt, len(gotValid), gotQuar, wantSt, len(wantValid), wantQuar)
+	}
+	// A finished scan clears the mark: the queue no longer pays lookups.
+	if _, err := s.ScanPending(context.Background(), 50, judgeAll); err != nil {
+		t.Fatal(err)
+	}
+	if s.staleUpTo.Load() != 0 {
+		t.Fatalf("stale mark %d after a finished scan", s.staleUpTo.Load())
+	}
+}
