@@ -123,19 +123,32 @@ func (p *jac) add(q, o *jac) {
 	p.inf = false
 }
 
+// sub sets p = q - o.
+func (p *jac) sub(q, o *jac) {
+	n := *o
+	n.y.neg(&n.y)
+	p.add(q, &n)
+}
+
 // oddMultiples fills dst with P, 3P, 5P, ... in affine coordinates, using
 // one field inversion for the whole table (Montgomery's trick); js is
 // scratch of the same length, so callers choose where it lives. p must be
 // finite and of prime order, so no multiple below the group order is
 // infinity.
 func oddMultiples(dst []aff, js []jac, p *aff) {
+	oddMultiplesJac(js, p)
+	toAffine(dst, js)
+}
+
+// oddMultiplesJac fills js with P, 3P, 5P, ... in Jacobian coordinates,
+// for callers that convert many tables with one toAffine.
+func oddMultiplesJac(js []jac, p *aff) {
 	var p2 jac
 	js[0].setAff(p)
 	p2.double(&js[0])
 	for i := 1; i < len(js); i++ {
 		js[i].add(&js[i-1], &p2)
 	}
-	toAffine(dst, js)
 }
 
 // toAffine converts finite Jacobian points to affine with one inversion.

@@ -81,7 +81,7 @@ func TestEcmult(t *testing.T) {
 		}
 		k, s := scalarOf(ptr(bigLimbs(c.k))), bigLimbs(c.s)
 		var got jac
-		ecmult(&got, &pk, &k, &s)
+		ecmult(&got, &pk.table, &k, &s)
 
 		P := decredPoint(&pk.table[0])
 		ss := scalarOf(&s)

@@ -68,7 +68,7 @@ func limbsBE(b *[32]byte) [4]uint64 {
 	}
 }
 
-// scalarOf returns l (which must be below n) as a scalar.
+// scalarOf returns l mod n as a scalar.
 func scalarOf(l *[4]uint64) secp.ModNScalar {
 	var b [32]byte
 	binary.BigEndian.PutUint64(b[0:], l[3])

@@ -23,31 +23,52 @@ const (
 // P, 3P, ..., of the even-y point P in affine coordinates. It is immutable
 // once parsed, so a KeyCache shares it between goroutines.
 type pubKey struct {
-	table [1 << (windowP - 2)]aff
+	table [tableP]aff
 }
 
+// tableP is the size of a key's table.
+const tableP = 1 << (windowP - 2)
+
 // pubKeySize is the memory one cached pubKey holds, for KeyCache docs.
-const pubKeySize = (1 << (windowP - 2)) * 64
+const pubKeySize = tableP * 64
 
 var feSeven = fe{7}
 
 // parsePubKey lifts the x-only key b (BIP-340 lift_x) into pk.
 func parsePubKey(pk *pubKey, b *[32]byte) error {
 	var p aff
-	if p.x.setBytes(b) {
-		return errPubKeyRange
-	}
-	var rhs fe
-	rhs.sqr(&p.x).mul(&rhs, &p.x).add(&rhs, &feSeven)
-	if !p.y.sqrt(&rhs) {
-		return errPubKeyNotOnCurve
-	}
-	if p.y.isOdd() {
-		p.y.neg(&p.y)
+	if err := liftKey(&p, b); err != nil {
+		return err
 	}
 	var scratch [len(pk.table)]jac
 	oddMultiples(pk.table[:], scratch[:], &p)
 	return nil
+}
+
+// liftKey sets p to the even-y point with x coordinate b, or reports why
+// b is not a valid x-only key.
+func liftKey(p *aff, b *[32]byte) error {
+	if p.x.setBytes(b) {
+		return errPubKeyRange
+	}
+	if !p.liftX() {
+		return errPubKeyNotOnCurve
+	}
+	return nil
+}
+
+// liftX sets p.y to the even square root of p.x^3 + 7 (BIP-340 lift_x for
+// p.x < p) and reports whether there is one.
+func (p *aff) liftX() bool {
+	var rhs fe
+	rhs.sqr(&p.x).mul(&rhs, &p.x).add(&rhs, &feSeven)
+	if !p.y.sqrt(&rhs) {
+		return false
+	}
+	if p.y.isOdd() {
+		p.y.neg(&p.y)
+	}
+	return true
 }
 
 // gTable holds the odd multiples of G and of 2^128·G; s is split into
@@ -91,7 +112,7 @@ func verifyParsed(pk *pubKey, pubkey *[32]byte, msg []byte, sig *[64]byte) error
 	e.Negate()
 
 	var acc jac
-	ecmult(&acc, pk, &e, &sl)
+	ecmult(&acc, &pk.table, &e, &sl)
 	if acc.inf {
 		return ErrInvalidSignature
 	}
@@ -112,10 +133,10 @@ func verifyParsed(pk *pubKey, pubkey *[32]byte, msg []byte, sig *[64]byte) error
 	return nil
 }
 
-// ecmult sets acc = s·G + k·P, P being pk's point, in one Strauss chain
+// ecmult sets acc = s·G + k·P, tab being P's table, in one Strauss chain
 // of about 129 doublings: k is split by GLV into k1·P + k2·λP and s into
 // its 128-bit halves against G and 2^128·G.
-func ecmult(acc *jac, pk *pubKey, k *secp.ModNScalar, s *[4]uint64) {
+func ecmult(acc *jac, tab *[tableP]aff, k *secp.ModNScalar, s *[4]uint64) {
 	k1, k2, neg1, neg2 := glvSplit(k)
 	sLo, sHi := [4]uint64{s[0], s[1]}, [4]uint64{s[2], s[3]}
 	var d1, d2, d3, d4 [wnafLen]int16
@@ -125,10 +146,10 @@ func ecmult(acc *jac, pk *pubKey, k *secp.ModNScalar, s *[4]uint64) {
 	n4 := wnaf(&d4, &sHi, windowG, false)
 
 	// λP's table is P's with x scaled by β.
-	var lam [len(pk.table)]aff
+	var lam [tableP]aff
 	for i := range lam {
-		lam[i].x.mul(&pk.table[i].x, endoBeta)
-		lam[i].y = pk.table[i].y
+		lam[i].x.mul(&tab[i].x, endoBeta)
+		lam[i].y = tab[i].y
 	}
 
 	g := gTables()
@@ -136,7 +157,7 @@ func ecmult(acc *jac, pk *pubKey, k *secp.ModNScalar, s *[4]uint64) {
 	for i := max(n1, n2, n3, n4) - 1; i >= 0; i-- {
 		acc.double(acc)
 		if i < n1 && d1[i] != 0 {
-			addDigit(acc, pk.table[:], d1[i])
+			addDigit(acc, tab[:], d1[i])
 		}
 		if i < n2 && d2[i] != 0 {
 			addDigit(acc, lam[:], d2[i])

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nostr-archiver/archiver/bip340"
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
@@ -26,11 +28,13 @@ const (
 	ReasonBadPubKey  = "bad-pubkey"  // the pubkey is not an x coordinate on the curve
 )
 
-// Verifier checks one BIP-340 signature of msg by pubkey. Each worker gets
-// its own Verifier from Options.NewVerifier, so implementations may keep
-// per-worker caches without locks. It returns "" for a valid signature,
-// otherwise ReasonBadSig or ReasonBadPubKey.
-type Verifier func(pubkey, msg *[32]byte, sig *[64]byte) (reason string)
+// Verifier checks a batch of BIP-340 signatures: it sets reasons[i] to ""
+// when items[i] verifies, otherwise to ReasonBadSig or ReasonBadPubKey.
+// Batches let the verifier share work between signatures (bip340's batch
+// verification). Each worker gets its own Verifier from
+// Options.NewVerifier, so implementations may keep per-worker scratch
+// without locks.
+type Verifier func(items []bip340.Item, reasons []string)
 
 // Options configure a Pool.
 type Options struct {
@@ -86,11 +90,11 @@ func (o *Options) Validate() error {
 
 // Pool is the verify worker pool.
 type Pool struct {
-	opts      Options
-	verifiers []Verifier
-	wake      chan struct{}
-	last      uint64       // highest queue seq applied
-	alive     atomic.Int64 // unix nanos of Run's latest loop, for a watchdog
+	opts   Options
+	judges []*judge // one per worker
+	wake   chan struct{}
+	last   uint64       // highest queue seq applied
+	alive  atomic.Int64 // unix nanos of Run's latest loop, for a watchdog
 }
 
 // New builds a pool; it does nothing until Run or Drain.
@@ -101,7 +105,7 @@ func New(opts Options) (*Pool, error) {
 	}
 	p := &Pool{opts: opts, wake: make(chan struct{}, 1)}
 	for i := 0; i < opts.Workers; i++ {
-		p.verifiers = append(p.verifiers, opts.NewVerifier())
+		p.judges = append(p.judges, &judge{verify: opts.NewVerifier()})
 	}
 	return p, nil
 }
@@ -210,27 +214,24 @@ func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {
 // workers; with load, each worker first reads its items' bytes (random
 // reads cost as much as a parse, so they spread too).
 func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load bool) error {
-	errs := make([]error, len(p.verifiers))
+	errs := make([]error, len(p.judges))
 	var wg sync.WaitGroup
-	chunk := (len(items) + len(p.verifiers) - 1) / len(p.verifiers)
+	chunk := (len(items) + len(p.judges) - 1) / len(p.judges)
 	for w := 0; w*chunk < len(items); w++ {
 		lo, hi := w*chunk, min((w+1)*chunk, len(items))
 		wg.Add(1)
-		go func(verify Verifier) {
+		go func() {
 			defer wg.Done()
-			var buf []byte
-			for i := lo; i < hi; i++ {
-				if load {
+			if load {
+				for i := lo; i < hi; i++ {
 					if err := p.opts.Store.Load(&items[i]); err != nil {
 						errs[w] = err
 						return
 					}
 				}
-				if items[i].Raw != nil {
-					verdicts[i], buf = Judge(items[i].ID, items[i].Raw, verify, buf)
-				}
 			}
-		}(p.verifiers[w])
+			p.judges[w].run(items[lo:hi], verdicts[lo:hi])
+		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -239,25 +240,50 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 	return nil
 }
 
-// Judge decides one copy stored under id. buf is scratch space for the
-// canonical serialization; the grown buffer is returned for reuse.
-func Judge(id [32]byte, raw []byte, verify Verifier, buf []byte) (rawstore.Verdict, []byte) {
-	e, err := event.Parse(raw)
-	if err != nil {
-		return rawstore.Verdict{Reason: ReasonMalformed}, buf
+// judge decides copies for one worker, keeping its scratch between batches.
+type judge struct {
+	verify  Verifier
+	buf     []byte        // canonical serializations
+	sigs    []bip340.Item // point into the parsed events
+	of      []int         // sigs[k] is the signature of items[of[k]]
+	reasons []string
+}
+
+// run sets vs[i] to the verdict on items[i] (items without bytes, already
+// resolved, are left alone): parse, recompute the id, then check every
+// signature that got that far in one batch.
+func (j *judge) run(items []rawstore.Pending, vs []rawstore.Verdict) {
+	j.sigs, j.of = j.sigs[:0], j.of[:0]
+	for i := range items {
+		if items[i].Raw == nil {
+			continue
+		}
+		e, err := event.Parse(items[i].Raw)
+		if err != nil || e.ID != items[i].ID {
+			// Unparsable, or the scanner keyed the copy by a different id
+			// than a full parse finds: the object is ambiguous, so it is
+			// not this event.
+			vs[i] = rawstore.Verdict{Reason: ReasonMalformed}
+			continue
+		}
+		var sum [32]byte
+		if sum, j.buf = e.ComputeID(j.buf); sum != e.ID {
+			vs[i] = rawstore.Verdict{Reason: ReasonIDMismatch}
+			continue
+		}
+		j.sigs = append(j.sigs, bip340.Item{PubKey: &e.PubKey, Msg: &e.ID, Sig: &e.Sig})
+		j.of = append(j.of, i)
 	}
-	if e.ID != id {
-		// The scanner keyed the copy by a different id than a full parse
-		// finds: the object is ambiguous, so it is not this event.
-		return rawstore.Verdict{Reason: ReasonMalformed}, buf
+	j.reasons = slices.Grow(j.reasons[:0], len(j.sigs))[:len(j.sigs)]
+	if len(j.sigs) > 0 {
+		j.verify(j.sigs, j.reasons)
 	}
-	var sum [32]byte
-	sum, buf = e.ComputeID(buf)
-	if sum != e.ID {
-		return rawstore.Verdict{Reason: ReasonIDMismatch}, buf
+	for k, i := range j.of {
+		if j.reasons[k] == "" {
+			vs[i] = rawstore.Verdict{Valid: true}
+		} else {
+			vs[i] = rawstore.Verdict{Reason: j.reasons[k]}
+		}
 	}
-	if reason := verify(&e.PubKey, &e.ID, &e.Sig); reason != "" {
-		return rawstore.Verdict{Reason: reason}, buf
-	}
-	return rawstore.Verdict{Valid: true}, buf
+	clear(j.sigs) // do not keep the batch's events alive
 }

@@ -3,6 +3,7 @@ package lazyparse
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,8 +37,7 @@ func TestJudgeReasons(t *testing.T) {
 	badKey.ID, _ = badKey.ComputeID(nil)
 	escaped := bytes.Replace(raw, []byte(`"content":"hello"`), []byte(`"content":"h\u0065llo"`), 1)
 
-	verify := DefaultVerifiers()()
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		id   [32]byte
 		raw  []byte
@@ -50,10 +50,31 @@ func TestJudgeReasons(t *testing.T) {
 		{"pubkey not on curve", badKey.ID, event.AppendJSON(nil, &badKey), ReasonBadPubKey},
 		{"malformed", good.ID, raw[:len(raw)-2], ReasonMalformed},
 		{"keyed by another id", badKey.ID, raw, ReasonMalformed},
-	} {
-		v, _ := Judge(tc.id, tc.raw, verify, nil)
-		if v.Valid != (tc.want == "") || v.Reason != tc.want {
-			t.Errorf("%s: verdict %+v, want reason %q", tc.name, v, tc.want)
+	}
+	// Alone, and all in one batch between valid events (a batch whose
+	// signature check fails must still single out the bad one).
+	j := &judge{verify: DefaultVerifiers()()}
+	var batch []rawstore.Pending
+	var want []string
+	for _, tc := range cases {
+		vs := make([]rawstore.Verdict, 1)
+		j.run([]rawstore.Pending{{ID: tc.id, Raw: tc.raw}}, vs)
+		if vs[0].Valid != (tc.want == "") || vs[0].Reason != tc.want {
+			t.Errorf("%s: verdict %+v, want reason %q", tc.name, vs[0], tc.want)
+		}
+		for k := range 5 {
+			e := signed(t, sk, fmt.Sprint(tc.name, k), 200)
+			batch = append(batch, rawstore.Pending{ID: e.ID, Raw: event.AppendJSON(nil, e)})
+			want = append(want, "")
+		}
+		batch = append(batch, rawstore.Pending{ID: tc.id, Raw: tc.raw})
+		want = append(want, tc.want)
+	}
+	vs := make([]rawstore.Verdict, len(batch))
+	j.run(batch, vs)
+	for i := range batch {
+		if vs[i].Valid != (want[i] == "") || vs[i].Reason != want[i] {
+			t.Errorf("in a batch, copy %d: verdict %+v, want reason %q", i, vs[i], want[i])
 		}
 	}
 }
