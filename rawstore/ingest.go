@@ -171,8 +171,8 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 
 // lookup returns the stored E values of the ids of evs that exist. One
 // iterator serves the batch in id order: a prefix seek consults the bloom
-// filters like Get, without Get's per-call iterator setup, and sorted
-// seeks reuse the blocks they load.
+// filters (of every level: see Open) without Get's per-call iterator
+// setup, and sorted seeks reuse the blocks they load.
 func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 	found := make(map[[32]byte][]byte, len(evs))
 	if len(evs) == 0 {
@@ -183,7 +183,9 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 		keys[i] = eventKey(&evs[i].ID)
 	}
 	slices.SortFunc(keys, bytes.Compare)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	// UseL6Filters: Pebble skips the last level's filters unless asked,
+	// and the last level is where most random ids live.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,10 @@ type Options struct {
 	// NoSync commits ingest batches without fsync. The default (false)
 	// syncs every ingest commit, so a crash re-fetches at most the pages
 	// in flight; NoSync trades that for throughput on slow disks.
-	NoSync       bool
+	NoSync bool
+	// CacheSize is the block cache (default 64 MiB), on top of what the
+	// memtables take from it; MemTableSize is one memtable (default 32
+	// MiB; up to two are in memory while one flushes).
 	CacheSize    int64
 	MemTableSize uint64
 	// HotBytes bounds the recently ingested event bytes kept in memory for
@@ -56,7 +59,7 @@ func (o *Options) setDefaults() {
 		o.CacheSize = 64 << 20
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = 32 << 20
 	}
 }
 
@@ -108,7 +111,11 @@ func Open(opts Options) (*Store, error) {
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 3 },
 		Logger:                      zapPebbleLogger{opts.Logger.Sugar()},
 	}
-	cache := pebble.NewCache(opts.CacheSize)
+	// Pebble charges memtables to the block cache: a cache no bigger than
+	// the memtables caches nothing, and every lookup then reads its filter
+	// blocks from disk (the 1M-event crawl: 0 cached blocks, 57 CPU-s;
+	// with room for two memtables on top: 82% hits, 43 CPU-s).
+	cache := pebble.NewCache(opts.CacheSize + 2*int64(opts.MemTableSize))
 	defer cache.Unref()
 	po.Cache = cache
 	// Bloom filters on every level, the last included: most ingest
