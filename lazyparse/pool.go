@@ -127,8 +127,18 @@ func (p *Pool) Alive() time.Time {
 	return time.Time{}
 }
 
-// Run verifies until ctx is done.
+// Run verifies until ctx is done. An archive whose verdicts were reset
+// (NeedsScan) is scanned first, ingest waiting meanwhile: the queue does
+// not hold those copies.
 func (p *Pool) Run(ctx context.Context) error {
+	if p.opts.Store.NeedsScan() {
+		p.opts.Logger.Warn("verdicts were reset and not all re-verified: verifying the archive in key order first; crawls wait for it")
+		n, err := p.scan(ctx)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		p.opts.Logger.Info("verified the archive in key order", zap.Int("copies", n))
+	}
 	for {
 		p.alive.Store(time.Now().UnixNano())
 		n, err := p.step()
@@ -158,21 +168,11 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if st.Pending > 0 && float64(st.Pending) >= p.opts.ScanFraction*float64(st.Events) {
-		n, err := p.opts.Store.ScanPending(ctx, p.opts.BatchSize, func(items []rawstore.Pending, vs []rawstore.Verdict) error {
-			start := time.Now()
-			if err := p.judge(items, vs, false); err != nil {
-				return err
-			}
-			p.observe(vs, start)
-			return nil
-		})
+	if p.opts.Store.NeedsScan() || st.Pending > 0 && float64(st.Pending) >= p.opts.ScanFraction*float64(st.Events) {
+		n, err := p.scan(ctx)
 		total += n
 		if err != nil {
-			if ctx.Err() != nil {
-				return total, ctx.Err()
-			}
-			return total, fmt.Errorf("lazyparse: verify in key order: %w", err)
+			return total, err
 		}
 	}
 	for ctx.Err() == nil {
@@ -183,6 +183,27 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 		}
 	}
 	return total, ctx.Err()
+}
+
+// scan judges the pending copies in key order (rawstore.ScanPending).
+func (p *Pool) scan(ctx context.Context) (int, error) {
+	n, err := p.opts.Store.ScanPending(ctx, p.opts.BatchSize, func(items []rawstore.Pending, vs []rawstore.Verdict) error {
+		p.alive.Store(time.Now().UnixNano())
+		start := time.Now()
+		if err := p.judge(items, vs, false); err != nil {
+			return err
+		}
+		p.observe(vs, start)
+		return nil
+	})
+	switch {
+	case err == nil:
+		return n, nil
+	case ctx.Err() != nil:
+		return n, ctx.Err()
+	default:
+		return n, fmt.Errorf("lazyparse: verify in key order: %w", err)
+	}
 }
 
 // step judges one batch from the queue and returns its size.

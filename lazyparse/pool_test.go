@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nostr-archiver/archiver/event"
@@ -126,5 +127,54 @@ func TestPoolDrainsStore(t *testing.T) {
 	})
 	if exported != 270 {
 		t.Fatalf("exported %d", exported)
+	}
+}
+
+// After ResetVerdicts nothing is queued: Run (the daemon's loop) must scan
+// before it waits on the queue, or the archive would stay pending forever.
+func TestRunScansAfterReset(t *testing.T) {
+	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, _ := st.RelayIndex("ws://test")
+	sk, _ := btcec.NewPrivateKey()
+	var copies []rawstore.Copy
+	for i := range 200 {
+		e := signed(t, sk, fmt.Sprint("reset ", i), int64(1000+i))
+		copies = append(copies, rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)})
+	}
+	if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Store: st, BatchSize: 50, Idle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ResetVerdicts(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, _ := st.Stats()
+		if s.Valid == 200 && s.Pending == 0 && !st.NeedsScan() {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("Run after a reset: %+v, NeedsScan %v", s, st.NeedsScan())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,15 @@ import (
 // primary at or below it is checked for a verdict before it is judged.
 var scanKey = []byte{prefixInternal, 's', 'c', 'a', 'n'}
 
+// unqueuedKey, while present, says that pending copies are missing from
+// the queue (ResetVerdicts queues nothing): only ScanPending finds them,
+// and it removes the key when it completes.
+var unqueuedKey = []byte{prefixInternal, 'u', 'n', 'q', 'u', 'e', 'u', 'e', 'd'}
+
+// NeedsScan reports whether some pending copies can only be found by
+// ScanPending (after ResetVerdicts, until a scan completes).
+func (s *Store) NeedsScan() bool { return s.unqueued.Load() }
+
 // Judge decides a batch of pending copies: vs[i] judges items[i].
 type Judge func(items []Pending, vs []Verdict) error
 
@@ -60,10 +69,12 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	defer b.Close()
 	_ = b.DeleteRange(seqKey(prefixPending, 0), seqKey(prefixPending, upTo+1), nil)
 	_ = b.Delete(scanKey, nil)
+	_ = b.Delete(unqueuedKey, nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return n, fmt.Errorf("rawstore: end verify scan: %w", err)
 	}
 	s.staleUpTo.Store(0)
+	s.unqueued.Store(false)
 	return n, nil
 }
 

@@ -33,7 +33,7 @@ type Options struct {
 	// syncs every ingest commit, so a crash re-fetches at most the pages
 	// in flight; NoSync trades that for throughput on slow disks.
 	NoSync bool
-	// CacheSize is the block cache (default 64 MiB), on top of what the
+	// CacheSize is the block cache (default 32 MiB), on top of what the
 	// memtables take from it; MemTableSize is one memtable (default 32
 	// MiB; up to two are in memory while one flushes).
 	CacheSize    int64
@@ -56,7 +56,7 @@ func (o *Options) setDefaults() {
 		o.Logger = zap.NewNop()
 	}
 	if o.CacheSize == 0 {
-		o.CacheSize = 64 << 20
+		o.CacheSize = 32 << 20
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 32 << 20
@@ -86,6 +86,7 @@ type Store struct {
 	pendingSeq atomic.Uint64
 	quarSeq    atomic.Uint64
 	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
+	unqueued   atomic.Bool   // see unqueuedKey
 	hot        *hotCopies
 
 	relayMu  sync.Mutex
@@ -151,8 +152,8 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// load restores the sequence counters, an unfinished scan's mark and the
-// relay registry.
+// load restores the sequence counters, the scan marks and the relay
+// registry.
 func (s *Store) load() error {
 	for _, p := range []struct {
 		prefix byte
@@ -170,6 +171,12 @@ func (s *Store) load() error {
 		return err
 	} else if len(v) == 8 {
 		s.staleUpTo.Store(binary.BigEndian.Uint64(v))
+	}
+	if _, closer, err := s.db.Get(unqueuedKey); err == nil {
+		closer.Close()
+		s.unqueued.Store(true)
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return err
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
 	if err != nil {

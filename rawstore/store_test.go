@@ -1,6 +1,7 @@
 package rawstore
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -41,9 +42,21 @@ func mustStats(t *testing.T, s *Store) Stats {
 	return st
 }
 
-// drain verifies the queue with judge until it is empty.
+// drain verifies every pending copy with judge: by a scan when the store
+// needs one (as lazyparse's Drain does), then from the queue until it is
+// empty.
 func drain(t *testing.T, s *Store, judge func(Pending) Verdict) {
 	t.Helper()
+	if s.NeedsScan() {
+		if _, err := s.ScanPending(context.Background(), 100, func(items []Pending, vs []Verdict) error {
+			for i := range items {
+				vs[i] = judge(items[i])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for {
 		items, err := s.NextPending(0, 100)
 		if err != nil {
@@ -157,7 +170,12 @@ func TestForgedAndValidInOneBatch(t *testing.T) {
 }
 
 func TestMalformedAndReset(t *testing.T) {
-	s := openTest(t)
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
 	r, _ := s.RelayIndex("wss://a")
 	mustIngest(t, s, &Batch{Relay: r,
 		Events:    []Copy{{id(1), []byte("good1")}, {id(2), []byte("bad2")}},
@@ -172,12 +190,28 @@ func TestMalformedAndReset(t *testing.T) {
 	}
 	n, err := s.ResetVerdicts()
 	if err != nil || n != 2 {
-		t.Fatalf("reset queued %d, %v", n, err)
+		t.Fatalf("reset: %d pending, %v", n, err)
 	}
 	if st := mustStats(t, s); st.Pending != 2 || st.Valid != 0 || st.InvalidCopies["id-mismatch"] != 0 || st.InvalidCopies["malformed"] != 1 {
 		t.Fatalf("after reset %+v", st)
 	}
+	// Nothing is queued: the need for a scan must survive a restart.
+	if items, _ := s.NextPending(0, 10); len(items) != 0 {
+		t.Fatalf("reset queued %d copies", len(items))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.NeedsScan() {
+		t.Fatal("after a reset and a restart, NeedsScan is false")
+	}
 	drain(t, s, judgeByContent)
+	if s.NeedsScan() {
+		t.Fatal("NeedsScan after a completed scan")
+	}
 	if got := mustStats(t, s); got.Valid != 1 || got.Invalid != 1 || got.InvalidCopies["id-mismatch"] != 1 || got.Pending != 0 {
 		t.Fatalf("after re-verify %+v", got)
 	}

@@ -233,10 +233,13 @@ func (a *applier) quarantine(relay uint32, reason string, id *[32]byte, raw []by
 	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, id, raw), nil)
 }
 
-// ResetVerdicts forgets every verdict and queues every stored copy for
-// verification again (`archiver reprocess --all`, e.g. after a verifier
-// change). Quarantined copies stay quarantined and keep their counts.
-func (s *Store) ResetVerdicts() (queued int, err error) {
+// ResetVerdicts forgets every verdict (`archiver reprocess --all`, e.g.
+// after a verifier change): every stored copy is pending again.
+// Quarantined copies stay quarantined and keep their counts. It queues
+// nothing, which would cost a write per copy: it marks the archive as
+// needing a key-order scan (NeedsScan), which ScanPending, the only way
+// through such a backlog, clears. It returns how many ids are pending.
+func (s *Store) ResetVerdicts() (pending int64, err error) {
 	// ingestMu before applyMu, as in ScanPending (which applies while
 	// excluding ingest).
 	s.ingestMu.Lock()
@@ -251,22 +254,7 @@ func (s *Store) ResetVerdicts() (queued int, err error) {
 	defer b.Close()
 	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
 	_ = b.DeleteRange([]byte{prefixPending}, []byte{prefixPending + 1}, nil)
-	for _, p := range []byte{prefixEvent, prefixAlternate} {
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
-		if err != nil {
-			return 0, err
-		}
-		for it.First(); it.Valid(); it.Next() {
-			if len(it.Value()) == 0 {
-				continue // a resolved alternate
-			}
-			_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), append([]byte(nil), it.Key()[1:]...), nil)
-			queued++
-		}
-		if err := it.Close(); err != nil {
-			return 0, err
-		}
-	}
+	_ = b.Set(unqueuedKey, nil, nil)
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err
@@ -285,7 +273,8 @@ func (s *Store) ResetVerdicts() (queued int, err error) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return 0, fmt.Errorf("rawstore: reset verdicts: %w", err)
 	}
-	return queued, nil
+	s.unqueued.Store(true)
+	return st.Events, nil
 }
 
 func (s *Store) quarantineCounts() (map[string]int64, error) {

@@ -35,7 +35,7 @@ func runReprocess(args []string) int {
 			log.Error("reset verdicts", zap.Error(err))
 			return 1
 		}
-		log.Info("queued every stored copy", zap.Int("copies", n))
+		log.Info("forgot every verdict", zap.Int64("pending_ids", n))
 	}
 	pool, err := lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
 	if err != nil {
