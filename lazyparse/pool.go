@@ -139,15 +139,26 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		p.opts.Logger.Info("verified the archive in key order", zap.Int("copies", n))
 	}
+	// Passes over the queue take only what is still in memory, just
+	// ingested: reading the rest from disk while a crawl is storing costs
+	// more than the verification itself. What they leave behind is read
+	// in a full pass once the queue is caught up (or by a final Drain).
+	full, behind := false, false
 	for {
 		p.alive.Store(time.Now().UnixNano())
-		n, err := p.step()
+		n, deferred, err := p.step(full)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
+		behind = behind || deferred > 0
+		if n+deferred > 0 {
 			continue
 		}
+		if behind {
+			p.last, full, behind = 0, true, false
+			continue
+		}
+		full = false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -175,8 +186,9 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 			return total, err
 		}
 	}
+	p.last = 0 // Run may have left copies behind
 	for ctx.Err() == nil {
-		n, err := p.step()
+		n, _, err := p.step(true)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -206,23 +218,36 @@ func (p *Pool) scan(ctx context.Context) (int, error) {
 	}
 }
 
-// step judges one batch from the queue and returns its size.
-func (p *Pool) step() (int, error) {
+// step judges one batch from the queue and returns how many copies it
+// judged. Unless full, it takes only copies still in memory and reports
+// how many others it deferred (left queued behind p.last).
+func (p *Pool) step(full bool) (judged, deferred int, err error) {
 	items, err := p.opts.Store.NextPending(p.last, p.opts.BatchSize)
 	if err != nil || len(items) == 0 {
-		return 0, err
+		return 0, 0, err
+	}
+	last := items[len(items)-1].Seq
+	if !full {
+		ready := items[:0]
+		for i := range items {
+			if p.opts.Store.LoadHot(&items[i]) {
+				ready = append(ready, items[i])
+			}
+		}
+		deferred = len(items) - len(ready)
+		items = ready
 	}
 	start := time.Now()
 	verdicts := make([]rawstore.Verdict, len(items))
-	if err := p.judge(items, verdicts, true); err != nil {
-		return 0, err
+	if err := p.judge(items, verdicts, full); err != nil {
+		return 0, 0, err
 	}
 	if err := p.opts.Store.Apply(items, verdicts); err != nil {
-		return 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
+		return 0, 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
 	}
-	p.last = items[len(items)-1].Seq
+	p.last = last
 	p.observe(verdicts, start)
-	return len(items), nil
+	return len(items), deferred, nil
 }
 
 func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {

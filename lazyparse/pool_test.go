@@ -178,3 +178,50 @@ func TestRunScansAfterReset(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Run's passes take only copies still in memory; what they leave behind
+// (here: nearly everything, the hot budget holding a few copies) must be
+// verified by a full pass once the queue is caught up.
+func TestRunVerifiesWhatMemoryDropped(t *testing.T) {
+	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir(), HotBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, _ := st.RelayIndex("ws://test")
+	sk, _ := btcec.NewPrivateKey()
+	p, err := New(Options{Store: st, BatchSize: 32, Idle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	for b := range 10 {
+		var copies []rawstore.Copy
+		for i := range 30 {
+			e := signed(t, sk, fmt.Sprint("cold ", b, i), int64(1000+30*b+i))
+			copies = append(copies, rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)})
+		}
+		if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
+			t.Fatal(err)
+		}
+		p.Notify()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, _ := st.Stats()
+		if s.Valid == 300 && s.Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("Run left copies unverified: %+v", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

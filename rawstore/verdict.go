@@ -58,14 +58,25 @@ func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
 	return out, it.Error()
 }
 
+// LoadHot is Load from memory only: it fills p from the copies just
+// ingested (see Options.HotBytes) and reports false, leaving p alone, when
+// p's bytes would have to be read from disk.
+func (s *Store) LoadHot(p *Pending) bool {
+	if p.Variant != nil {
+		return false
+	}
+	c, ok := s.hot.take(p.Seq)
+	if ok {
+		p.Relay, p.Raw = c.relay, c.raw
+	}
+	return ok
+}
+
 // Load fetches p's bytes and relay; p.Raw stays nil when the copy is gone
 // (already resolved). Safe for concurrent use.
 func (s *Store) Load(p *Pending) error {
-	if p.Variant == nil {
-		if c, ok := s.hot.take(p.Seq); ok {
-			p.Relay, p.Raw = c.relay, c.raw
-			return nil
-		}
+	if s.LoadHot(p) {
+		return nil
 	}
 	key := eventKey(&p.ID)
 	if p.Variant != nil {
