@@ -80,13 +80,34 @@ func TestJudgeReasons(t *testing.T) {
 	}
 }
 
-func TestPoolDrainsStore(t *testing.T) {
-	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+// openStore opens an archive for the test with its one relay.
+func openStore(t *testing.T, opts rawstore.Options) (*rawstore.Store, uint32) {
+	t.Helper()
+	opts.Dir = t.TempDir()
+	st, err := rawstore.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	r, _ := st.RelayIndex("ws://test")
+	return st, r
+}
+
+// ingestSigned stores n valid events of sk, labelled label.
+func ingestSigned(t *testing.T, st *rawstore.Store, relay uint32, sk *btcec.PrivateKey, n int, label string) {
+	t.Helper()
+	var copies []rawstore.Copy
+	for i := range n {
+		e := signed(t, sk, fmt.Sprint(label, i), int64(1000+i))
+		copies = append(copies, rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)})
+	}
+	if _, err := st.Ingest(&rawstore.Batch{Relay: relay, Events: copies}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPoolDrainsStore(t *testing.T) {
+	st, r := openStore(t, rawstore.Options{})
 	sk, _ := btcec.NewPrivateKey()
 	var copies []rawstore.Copy
 	for i := 0; i < 300; i++ {
@@ -133,21 +154,9 @@ func TestPoolDrainsStore(t *testing.T) {
 // After ResetVerdicts nothing is queued: Run (the daemon's loop) must scan
 // before it waits on the queue, or the archive would stay pending forever.
 func TestRunScansAfterReset(t *testing.T) {
-	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r, _ := st.RelayIndex("ws://test")
+	st, r := openStore(t, rawstore.Options{})
 	sk, _ := btcec.NewPrivateKey()
-	var copies []rawstore.Copy
-	for i := range 200 {
-		e := signed(t, sk, fmt.Sprint("reset ", i), int64(1000+i))
-		copies = append(copies, rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)})
-	}
-	if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
-		t.Fatal(err)
-	}
+	ingestSigned(t, st, r, sk, 200, "reset ")
 	p, err := New(Options{Store: st, BatchSize: 50, Idle: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -183,12 +192,7 @@ func TestRunScansAfterReset(t *testing.T) {
 // (here: nearly everything, the hot budget holding a few copies) must be
 // verified by a full pass once the queue is caught up.
 func TestRunVerifiesWhatMemoryDropped(t *testing.T) {
-	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir(), HotBytes: 4 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r, _ := st.RelayIndex("ws://test")
+	st, r := openStore(t, rawstore.Options{HotBytes: 4 << 10})
 	sk, _ := btcec.NewPrivateKey()
 	p, err := New(Options{Store: st, BatchSize: 32, Idle: 10 * time.Millisecond})
 	if err != nil {
@@ -198,14 +202,7 @@ func TestRunVerifiesWhatMemoryDropped(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	for b := range 10 {
-		var copies []rawstore.Copy
-		for i := range 30 {
-			e := signed(t, sk, fmt.Sprint("cold ", b, i), int64(1000+30*b+i))
-			copies = append(copies, rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)})
-		}
-		if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
-			t.Fatal(err)
-		}
+		ingestSigned(t, st, r, sk, 30, fmt.Sprint("cold ", b, " "))
 		p.Notify()
 	}
 	deadline := time.Now().Add(20 * time.Second)
