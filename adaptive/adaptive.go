@@ -209,7 +209,9 @@ func (c *Controller) PageDone(now time.Time, events, bytes int, latency time.Dur
 		e.latencies[e.pages%maxSamples] = latency
 	}
 	elapsed := now.Sub(e.from)
-	if e.pages < c.cfg.EpochRounds*c.conns*c.inflight || elapsed < c.cfg.MinEpoch {
+	// Slow start's doublings must gain half again to be kept, which pages
+	// alone measure well enough; MinEpoch steadies the additive steps.
+	if e.pages < c.cfg.EpochRounds*c.conns*c.inflight || (!c.slow && elapsed < c.cfg.MinEpoch) {
 		return
 	}
 	c.last = measurement{

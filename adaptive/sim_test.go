@@ -474,9 +474,9 @@ func TestSimSlowStartFindsCapacityQuickly(t *testing.T) {
 	}
 	conns, r := s.ctl.Target()
 	t.Logf("80%% of capacity by %v; final %dx%d, %.0f events/s over the last minute", reached, conns, r, s.throughput(end-time.Minute, end))
-	if reached > 15*time.Second {
+	if reached > 10*time.Second {
 		s.logChanges()
-		t.Fatalf("took %v to reach 80%% of capacity, want <= 15s (additive steps alone take 20s)", reached)
+		t.Fatalf("took %v to reach 80%% of capacity, want <= 10s (additive steps alone take 20s)", reached)
 	}
 	if got := s.throughput(end-time.Minute, end); got < 0.9*relay.capacity {
 		s.logChanges()
