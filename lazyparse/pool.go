@@ -139,26 +139,37 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		p.opts.Logger.Info("verified the archive in key order", zap.Int("copies", n))
 	}
-	// Passes over the queue take only what is still in memory, just
-	// ingested: reading the rest from disk while a crawl is storing costs
-	// more than the verification itself. What they leave behind is read
-	// in a full pass once the queue is caught up (or by a final Drain).
-	full, behind := false, false
+	// The queue is taken from memory, right behind ingest: reading copies
+	// back from disk while a crawl is storing costs more than verifying
+	// them, so those are deferred (left queued) and taken by a second
+	// cursor, one batch at a time, only while ingest is light; a final
+	// Drain takes what remains.
+	var last uint64 // the queue seq passed, right behind ingest
+	var cold uint64 // where the deferred copies are taken from
+	behind := false // copies were deferred since cold last reached the end
+	recent := 0     // copies judged from memory since the last wait
 	for {
 		p.alive.Store(time.Now().UnixNano())
-		n, deferred, err := p.step(full)
+		n, deferred, err := p.step(&last, false)
 		if err != nil {
 			return err
 		}
 		behind = behind || deferred > 0
+		recent += n
 		if n+deferred > 0 {
 			continue
 		}
-		if behind {
-			p.last, full, behind = 0, true, false
+		if behind && recent < p.opts.BatchSize/8 {
+			m, _, err := p.step(&cold, true)
+			if err != nil {
+				return err
+			}
+			if m == 0 {
+				cold, behind = 0, false
+			}
 			continue
 		}
-		full = false
+		recent = 0
 		select {
 		case <-ctx.Done():
 			return nil
@@ -186,9 +197,9 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 			return total, err
 		}
 	}
-	p.last = 0 // Run may have left copies behind
+	var from uint64 // from the start: Run may have left copies behind
 	for ctx.Err() == nil {
-		n, _, err := p.step(true)
+		n, _, err := p.step(&from, true)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -218,11 +229,12 @@ func (p *Pool) scan(ctx context.Context) (int, error) {
 	}
 }
 
-// step judges one batch from the queue and returns how many copies it
-// judged. Unless full, it takes only copies still in memory and reports
-// how many others it deferred (left queued behind p.last).
-func (p *Pool) step(full bool) (judged, deferred int, err error) {
-	items, err := p.opts.Store.NextPending(p.last, p.opts.BatchSize)
+// step judges one batch from the queue after *cursor, advances the cursor
+// and returns how many copies it judged. Unless full, it takes only
+// copies still in memory and reports how many others it deferred (left
+// queued behind the cursor).
+func (p *Pool) step(cursor *uint64, full bool) (judged, deferred int, err error) {
+	items, err := p.opts.Store.NextPending(*cursor, p.opts.BatchSize)
 	if err != nil || len(items) == 0 {
 		return 0, 0, err
 	}
@@ -245,7 +257,7 @@ func (p *Pool) step(full bool) (judged, deferred int, err error) {
 	if err := p.opts.Store.Apply(items, verdicts); err != nil {
 		return 0, 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
 	}
-	p.last = last
+	*cursor = last
 	p.observe(verdicts, start)
 	return len(items), deferred, nil
 }
