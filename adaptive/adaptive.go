@@ -209,9 +209,14 @@ func (c *Controller) PageDone(now time.Time, events, bytes int, latency time.Dur
 		e.latencies[e.pages%maxSamples] = latency
 	}
 	elapsed := now.Sub(e.from)
-	// Slow start's doublings must gain half again to be kept, which pages
-	// alone measure well enough; MinEpoch steadies the additive steps.
-	if e.pages < c.cfg.EpochRounds*c.conns*c.inflight || (!c.slow && elapsed < c.cfg.MinEpoch) {
+	// Slow start's doublings must gain half again to be kept, which half
+	// of MinEpoch measures well enough (long enough for new connections to
+	// be dialed); the additive steps need all of it.
+	minEpoch := c.cfg.MinEpoch
+	if c.slow {
+		minEpoch /= 2
+	}
+	if e.pages < c.cfg.EpochRounds*c.conns*c.inflight || elapsed < minEpoch {
 		return
 	}
 	c.last = measurement{

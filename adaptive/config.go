@@ -36,8 +36,8 @@ type Config struct {
 	ClampEvidence int
 
 	// An epoch measures one configuration: after a warm-up of one page per
-	// in-flight slot, EpochRounds pages per slot and, after slow start, at
-	// least MinEpoch.
+	// in-flight slot, EpochRounds pages per slot and at least MinEpoch
+	// (half of it in slow start).
 	EpochRounds int
 	MinEpoch    time.Duration
 	// GainFraction: an increase is kept if throughput rose by at least this
