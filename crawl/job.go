@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/shard"
@@ -87,13 +88,16 @@ func (r *relayCrawl) loadJob(ctx context.Context) (*jobState, []shard.Shard, err
 
 // plan splits [since, until] into shards and persists them with the job
 // meta in one batch. Where the relay answers NIP-45 COUNT, the shards are
-// sized by event count; otherwise the plan is even in time, and the
-// density learned from pages sizes the steals that rebalance it.
+// sized by event count; otherwise by which time slices hold events at all
+// (one limit-1 REQ each); the density learned from pages sizes the steals
+// that rebalance it.
 func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) ([]shard.Shard, error) {
 	var est shard.Estimator = shard.Uniform{}
 	r.rec.PlannedBy = "uniform"
 	if r.count && r.countDensity(ctx, since, until) {
 		est, r.rec.PlannedBy = r.density, "count"
+	} else if occ, ok := r.probeOccupancy(ctx, since, until); ok {
+		est, r.rec.PlannedBy = occ, "probe"
 	}
 	shards, err := shard.Plan(since, until, r.c.opts.Shards, est)
 	if err != nil {
@@ -139,6 +143,69 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool 
 		}
 	}
 	return total > 0
+}
+
+// probeOccupancy asks, with a limit-1 REQ per slice (countSlices equal
+// slices of [since, until], in flight together), which slices hold any
+// event: a job's range usually starts long before a relay's first event,
+// and even shards would spend the first connections on empty time. It
+// reports false if a probe failed or nothing was found.
+func (r *relayCrawl) probeOccupancy(ctx context.Context, since, until int64) (occupancy, bool) {
+	step := max(1, (until-since+1)/countSlices)
+	var slices [][2]int64
+	for lo := since; lo <= until; lo += step {
+		hi := min(until, lo+step-1)
+		if lo+step > until {
+			hi = until
+		}
+		slices = append(slices, [2]int64{lo, hi})
+		if hi == until {
+			break
+		}
+	}
+	found := make([]bool, len(slices))
+	failed := make([]bool, len(slices))
+	var wg sync.WaitGroup
+	for i, sl := range slices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pc, err := r.conns.acquire(ctx)
+			if err != nil {
+				failed[i] = true
+				return
+			}
+			page, err := pc.c.Req(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &sl[0], Until: &sl[1], Limit: 1}.bytes(), 1, r.c.opts.PageTimeout)
+			r.conns.release(pc)
+			failed[i] = err != nil || page.End != EndEOSE
+			found[i] = !failed[i] && len(page.Items) > 0
+		}()
+	}
+	wg.Wait()
+	var occ occupancy
+	for i, sl := range slices {
+		if failed[i] {
+			return nil, false
+		}
+		if found[i] {
+			occ = append(occ, sl)
+		}
+	}
+	return occ, len(occ) > 0
+}
+
+// occupancy estimates one event per second over the slices a probe found
+// events in, and none elsewhere.
+type occupancy [][2]int64
+
+func (o occupancy) Estimate(a, b int64) float64 {
+	var n float64
+	for _, sl := range o {
+		if lo, hi := max(a, sl[0]), min(b, sl[1]); hi >= lo {
+			n += float64(hi - lo + 1)
+		}
+	}
+	return n
 }
 
 func (j *jobState) encode() []byte {

@@ -24,7 +24,7 @@ type RelayRecord struct {
 	Refusals       map[string]int64  `json:"refusals,omitempty"`
 	Reconnects     int64             `json:"reconnects"`
 	EffectiveLimit int               `json:"effective_limit"`
-	PlannedBy      string            `json:"planned_by,omitempty"` // how the last plan sized shards: count (NIP-45) or uniform
+	PlannedBy      string            `json:"planned_by,omitempty"` // how the last plan sized shards: count (NIP-45), probe (limit-1 REQs found which slices hold events) or uniform
 	RequestedLimit int               `json:"requested_limit"`
 	Finish         string            `json:"finish,omitempty"`
 	FinishDetail   string            `json:"finish_detail,omitempty"`

@@ -49,15 +49,33 @@ type IngestResult struct {
 // header of an E value: version byte, first relay (uint32 BE).
 const eventHeaderLen = 5
 
-// Ingest commits a batch atomically. Duplicates cost a lookup (plus a
-// provenance key when a second relay serves an id); a copy whose bytes
-// differ from the stored one is kept as an alternate and verified on its
-// own, so a forged copy stored first never hides a valid one.
+// Ingest commits a batch atomically, durably unless the store is NoSync.
+// Duplicates cost a lookup (plus a provenance key when a second relay
+// serves an id); a copy whose bytes differ from the stored one is kept as
+// an alternate and verified on its own, so a forged copy stored first
+// never hides a valid one.
 func (s *Store) Ingest(in *Batch) (IngestResult, error) {
-	var res IngestResult
 	s.ingestMu.Lock()
-	defer s.ingestMu.Unlock()
+	res, err := s.ingestLocked(in)
+	s.ingestMu.Unlock()
+	if err != nil || s.sync != pebble.Sync {
+		return res, err
+	}
+	// The batch went to the WAL unsynced so that the lock, which orders
+	// every dedup decision, is not held across an fsync: concurrent
+	// ingests then share one (Pebble groups the syncs of concurrent
+	// commits). Syncing the WAL now makes this batch durable, and every
+	// batch before it, among them any whose copies this one took as
+	// duplicates, before the caller relies on it.
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return res, fmt.Errorf("rawstore: sync batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	}
+	return res, nil
+}
 
+// ingestLocked is Ingest under ingestMu, without the sync.
+func (s *Store) ingestLocked(in *Batch) (IngestResult, error) {
+	var res IngestResult
 	b := s.db.NewBatch()
 	defer b.Close()
 	// Copies already stored, looked up for the whole batch at once;
@@ -160,7 +178,7 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	if in.RelayRecord != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), in.RelayRecord), nil)
 	}
-	if err := b.Commit(s.sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return res, fmt.Errorf("rawstore: commit batch for relay %s: %w", s.RelayURL(in.Relay), err)
 	}
 	for _, h := range hot {
