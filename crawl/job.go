@@ -113,36 +113,46 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 	return shards, nil
 }
 
-// countSlices is how many COUNT requests size a plan.
+// countSlices is how many time slices (COUNT requests or probes) size a plan.
 const countSlices = 16
 
 // countDensity asks the relay's NIP-45 COUNT for equal time slices of
 // [since, until] and feeds the answers to the density estimate. It
 // reports whether every slice was answered and something was counted.
 func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool {
-	step := max(1, (until-since+1)/countSlices)
 	var total int64
+	for _, sl := range timeSlices(since, until, countSlices) {
+		pc, err := r.conns.acquire(ctx)
+		if err != nil {
+			return false
+		}
+		page, err := pc.c.Count(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &sl[0], Until: &sl[1]}.bytes(), r.c.opts.PageTimeout)
+		r.conns.release(pc)
+		if err != nil || page.End != EndEOSE {
+			return false
+		}
+		r.density.ObserveCount(sl[0], sl[1], page.Count)
+		total += page.Count
+	}
+	return total > 0
+}
+
+// timeSlices splits [since, until] into n equal slices (fewer if the range
+// has fewer seconds), the last one taking the remainder.
+func timeSlices(since, until int64, n int) [][2]int64 {
+	step := max(1, (until-since+1)/int64(n))
+	var out [][2]int64
 	for lo := since; lo <= until; lo += step {
 		hi := min(until, lo+step-1)
 		if lo+step > until {
 			hi = until
 		}
-		pc, err := r.conns.acquire(ctx)
-		if err != nil {
-			return false
-		}
-		page, err := pc.c.Count(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &lo, Until: &hi}.bytes(), r.c.opts.PageTimeout)
-		r.conns.release(pc)
-		if err != nil || page.End != EndEOSE {
-			return false
-		}
-		r.density.ObserveCount(lo, hi, page.Count)
-		total += page.Count
+		out = append(out, [2]int64{lo, hi})
 		if hi == until {
 			break
 		}
 	}
-	return total > 0
+	return out
 }
 
 // probeOccupancy asks, with a limit-1 REQ per slice (countSlices equal
@@ -151,18 +161,7 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool 
 // and even shards would spend the first connections on empty time. It
 // reports false if a probe failed or nothing was found.
 func (r *relayCrawl) probeOccupancy(ctx context.Context, since, until int64) (occupancy, bool) {
-	step := max(1, (until-since+1)/countSlices)
-	var slices [][2]int64
-	for lo := since; lo <= until; lo += step {
-		hi := min(until, lo+step-1)
-		if lo+step > until {
-			hi = until
-		}
-		slices = append(slices, [2]int64{lo, hi})
-		if hi == until {
-			break
-		}
-	}
+	slices := timeSlices(since, until, countSlices)
 	found := make([]bool, len(slices))
 	failed := make([]bool, len(slices))
 	var wg sync.WaitGroup
