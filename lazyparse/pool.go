@@ -93,7 +93,6 @@ type Pool struct {
 	opts   Options
 	judges []*judge // one per worker
 	wake   chan struct{}
-	last   uint64       // highest queue seq applied
 	alive  atomic.Int64 // unix nanos of Run's latest loop, for a watchdog
 }
 
