@@ -192,10 +192,12 @@ func TestEmptyPagesDoNotRaiseConcurrency(t *testing.T) {
 		c.PageDone(now, 0, 0, 10*time.Millisecond)
 		now = now.Add(20 * time.Millisecond)
 	}
-	// Every step up from 1x2 is undone: never more than one step above it.
+	// Every step up from the start is undone: never more than one
+	// doubling above it.
+	d := DefaultConfig()
 	ups, undos := 0, 0
 	for _, ch := range c.Changes() {
-		if ch.Conns*ch.Inflight > 4 {
+		if ch.Conns*ch.Inflight > 2*d.StartConns*d.StartInflightPerConn {
 			t.Fatalf("grew to %dx%d on empty pages", ch.Conns, ch.Inflight)
 		}
 		switch ch.Reason {
@@ -211,7 +213,7 @@ func TestEmptyPagesDoNotRaiseConcurrency(t *testing.T) {
 }
 
 func TestEffectivePageLimit(t *testing.T) {
-	c := mustNew(t, nil)
+	c, d := mustNew(t, nil), DefaultConfig()
 	if n := c.EffectivePageLimit(); n != 5000 {
 		t.Fatalf("initial %d", n)
 	}
@@ -236,7 +238,7 @@ func TestEffectivePageLimit(t *testing.T) {
 	if n := c.EffectivePageLimit(); n != 1250 {
 		t.Fatalf("after two rejections: %d, want 1250", n)
 	}
-	if conns, r := c.Target(); conns != 1 || r != 2 || len(c.Changes()) != 0 {
+	if conns, r := c.Target(); conns != d.StartConns || r != d.StartInflightPerConn || len(c.Changes()) != 0 {
 		t.Fatal("a limit rejection changed concurrency")
 	}
 }

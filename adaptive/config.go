@@ -67,14 +67,14 @@ type Config struct {
 	OnChange func(Change)
 }
 
-// DefaultConfig returns the defaults: start at 1 connection x 2 REQs, cap at
+// DefaultConfig returns the defaults: start at 1 connection x 4 REQs, cap at
 // 8 x 16 (under strfry's old 20-subscription default), learn the rest.
 func DefaultConfig() Config {
 	return Config{
 		MaxConns:             8,
 		MaxInflightPerConn:   16,
 		StartConns:           1,
-		StartInflightPerConn: 2,
+		StartInflightPerConn: 4,
 		PageLimit:            5000, // nostream's cap; strfry clamps to 500, learned from pages
 		ClampEvidence:        3,
 		EpochRounds:          2,

@@ -86,7 +86,7 @@ func (o *Options) setDefaults() {
 		o.StartConns = 1
 	}
 	if o.StartInFlight == 0 {
-		o.StartInFlight = 2
+		o.StartInFlight = 4
 	}
 	if o.Shards == 0 {
 		o.Shards = 32

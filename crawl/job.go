@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/shard"
+	"go.uber.org/zap"
 )
 
 // A job is one created_at range of one relay, split into shards. Its
@@ -92,17 +96,20 @@ func (r *relayCrawl) loadJob(ctx context.Context) (*jobState, []shard.Shard, err
 // (one limit-1 REQ each); the density learned from pages sizes the steals
 // that rebalance it.
 func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) ([]shard.Shard, error) {
+	start := time.Now()
 	var est shard.Estimator = shard.Uniform{}
 	r.rec.PlannedBy = "uniform"
 	if r.count && r.countDensity(ctx, since, until) {
 		est, r.rec.PlannedBy = r.density, "count"
 	} else if occ, ok := r.probeOccupancy(ctx, since, until); ok {
 		est, r.rec.PlannedBy = occ, "probe"
+		r.log.Debug("probed", zap.Int("intervals", len(occ)), zap.Int64("occupied_seconds", occ.width()))
 	}
 	shards, err := shard.Plan(since, until, r.c.opts.Shards, est)
 	if err != nil {
 		return nil, fmt.Errorf("plan %s of %s: %w", j.key, r.url, err)
 	}
+	r.log.Debug("planned", zap.String("planned_by", r.rec.PlannedBy), zap.Int("shards", len(shards)), zap.Duration("took", time.Since(start)))
 	states := map[string][]byte{j.key: j.encode()}
 	for _, s := range shards {
 		states[j.shardPrefix()+s.ID] = encodeShard(s)
@@ -137,10 +144,10 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool 
 	return total > 0
 }
 
-// timeSlices splits [since, until] into n equal slices (fewer if the range
-// has fewer seconds), the last one taking the remainder.
+// timeSlices splits [since, until] into at most n equal slices (fewer if
+// the range has fewer seconds), the last one taking what is left.
 func timeSlices(since, until int64, n int) [][2]int64 {
-	step := max(1, (until-since+1)/int64(n))
+	step := max(1, (until-since+int64(n))/int64(n)) // ceil(seconds / n)
 	var out [][2]int64
 	for lo := since; lo <= until; lo += step {
 		hi := min(until, lo+step-1)
@@ -155,45 +162,100 @@ func timeSlices(since, until int64, n int) [][2]int64 {
 	return out
 }
 
-// probeOccupancy asks, with a limit-1 REQ per slice (countSlices equal
-// slices of [since, until], in flight together), which slices hold any
-// event: a job's range usually starts long before a relay's first event,
-// and even shards would spend the first connections on empty time. It
-// reports false if a probe failed or nothing was found.
+// probeOccupancy finds which parts of [since, until] hold events, with
+// limit-1 REQs (see narrow): a job's range usually starts long before a
+// relay's first event, and even shards would spend the first connections
+// on empty time. It reports false if the first round of probes failed or
+// found nothing.
 func (r *relayCrawl) probeOccupancy(ctx context.Context, since, until int64) (occupancy, bool) {
-	slices := timeSlices(since, until, countSlices)
-	found := make([]bool, len(slices))
-	failed := make([]bool, len(slices))
+	return narrow(since, until, func(parts [][2]int64) ([]int64, bool) { return r.probe(ctx, parts) })
+}
+
+// narrow finds the occupied parts of [since, until] with probe, which
+// returns the created_at of the newest event in each slice it is given
+// (math.MinInt64 for none), or false if it failed. The newest event of
+// [lo, hi] proves (newest, hi] empty, so rounds of probes (probeInflight,
+// one round trip) over what may hold events narrow it, until a round stops
+// narrowing it by a quarter or probeRounds have run.
+func narrow(since, until int64, probe func(parts [][2]int64) ([]int64, bool)) (occupancy, bool) {
+	occ := occupancy{{since, until}}
+	for round := range probeRounds {
+		parts := occ.split(probeInflight)
+		newest, ok := probe(parts)
+		if !ok {
+			return occ, round > 0
+		}
+		var next occupancy
+		for i, sl := range parts {
+			// A relay that ignores since or until may answer outside the
+			// slice: keep only what the answer proves about the slice.
+			if hi := min(sl[1], newest[i]); hi >= sl[0] {
+				next = append(next, [2]int64{sl[0], hi})
+			}
+		}
+		if len(next) == 0 {
+			return occ, round > 0 // emptied since the last round: keep what it found
+		}
+		narrowed := 4*next.width() <= 3*occ.width()
+		occ = next
+		if !narrowed {
+			break
+		}
+	}
+	return occ, true
+}
+
+// probeRounds bounds the rounds of narrow: each costs a round trip.
+const probeRounds = 6
+
+// probeTarget is where the plan's probes go: probeConns connections with
+// up to probeInflight/probeConns probes each (they are limit-1 REQs, and a
+// round at the controller's start would take several round trips; relays
+// serve few REQs of one connection at once), fewer if NIP-11's
+// max_subscriptions or the user's caps say so.
+func (r *relayCrawl) probeTarget() (int, int) {
+	n := min(probeInflight/probeConns, r.c.opts.MaxInFlightPerConn)
+	if doc := r.rec.NIP11; doc != nil && doc.MaxSubscriptions > 0 {
+		n = min(n, max(1, doc.MaxSubscriptions-1))
+	}
+	return min(probeConns, r.c.opts.MaxConnsPerRelay), n
+}
+
+// A round of probes: probeInflight of them, on probeConns connections.
+const probeInflight, probeConns = 8, 2
+
+// probe sends a limit-1 REQ per slice, all in flight together, and returns
+// the created_at of the newest event of each (math.MinInt64 for none); false
+// if a probe failed.
+func (r *relayCrawl) probe(ctx context.Context, parts [][2]int64) ([]int64, bool) {
+	newest := make([]int64, len(parts))
+	failed := make([]bool, len(parts))
 	var wg sync.WaitGroup
-	for i, sl := range slices {
+	for i, sl := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pc, err := r.conns.acquire(ctx)
+			newest[i] = math.MinInt64
+			pc, err := r.conns.acquireWithin(ctx, r.probeTarget)
 			if err != nil {
 				failed[i] = true
 				return
 			}
 			page, err := pc.c.Req(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &sl[0], Until: &sl[1], Limit: 1}.bytes(), 1, r.c.opts.PageTimeout)
 			r.conns.release(pc)
-			failed[i] = err != nil || page.End != EndEOSE
-			found[i] = !failed[i] && len(page.Items) > 0
+			if failed[i] = err != nil || page.End != EndEOSE; failed[i] {
+				return
+			}
+			for _, it := range page.Items {
+				newest[i] = max(newest[i], it.CreatedAt)
+			}
 		}()
 	}
 	wg.Wait()
-	var occ occupancy
-	for i, sl := range slices {
-		if failed[i] {
-			return nil, false
-		}
-		if found[i] {
-			occ = append(occ, sl)
-		}
-	}
-	return occ, len(occ) > 0
+	return newest, !slices.Contains(failed, true)
 }
 
-// occupancy estimates one event per second over the slices a probe found
+// occupancy estimates one event per second over the intervals a probe found
 // events in, and none elsewhere.
 type occupancy [][2]int64
 
@@ -205,6 +267,39 @@ func (o occupancy) Estimate(a, b int64) float64 {
 		}
 	}
 	return n
+}
+
+// width is the seconds o covers.
+func (o occupancy) width() int64 {
+	var w int64
+	for _, sl := range o {
+		w += sl[1] - sl[0] + 1
+	}
+	return w
+}
+
+// split cuts o into at most n slices (n >= 2): each interval gets one plus
+// a share of the rest proportional to its width, after the intervals with
+// the narrowest gaps between them are merged down to n/2.
+func (o occupancy) split(n int) [][2]int64 {
+	o = slices.Clone(o)
+	for len(o) > n/2 {
+		j := 0 // merge o[j] and o[j+1], the pair with the narrowest gap
+		for i := 1; i+1 < len(o); i++ {
+			if o[i+1][0]-o[i][1] < o[j+1][0]-o[j][1] {
+				j = i
+			}
+		}
+		o[j][1] = o[j+1][1]
+		o = slices.Delete(o, j+1, j+2)
+	}
+	w, rest := o.width(), int64(n-len(o))
+	var out [][2]int64
+	for _, sl := range o {
+		k := 1 + int(rest*(sl[1]-sl[0]+1)/w)
+		out = append(out, timeSlices(sl[0], sl[1], k)...)
+	}
+	return out
 }
 
 func (j *jobState) encode() []byte {

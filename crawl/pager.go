@@ -15,15 +15,40 @@ import (
 // fewer REQs in flight (then it reports yielded, having already left the
 // running count), the relay's crawl ends, or ctx is cancelled. Every page
 // is committed with the cursor it advances; a failed page is retried from
-// the same cursor, never taken for the end of the shard.
+// the same cursor, never taken for the end of the shard. A page's commit
+// runs while the next page is fetched (see pageCommit) and is waited for
+// before that page is judged, so cursors still reach disk in order.
 func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 	failures, slowdowns := 0, 0
+	var ahead *pageCommit
+	// settle waits for the commit in flight and takes the shard as the
+	// queue has it (a steal may have raised its Since); false if it failed.
+	settle := func() bool {
+		if ahead == nil {
+			return true
+		}
+		next, err := ahead.wait()
+		ahead = nil
+		if err != nil {
+			if ctx.Err() == nil {
+				r.fail(FinishGaveUp, fmt.Sprintf("shard %s: store: %v", s.ID, err))
+			}
+			return false
+		}
+		s = next
+		return true
+	}
 	for !s.Done() && ctx.Err() == nil {
 		if r.yield() {
-			r.release(s)
+			if settle() {
+				r.release(s)
+			}
 			return true
 		}
 		page, pc, err := r.fetch(ctx, r.filter(s.Since, s.Cursor, nil, nil))
+		if !settle() {
+			return false
+		}
 		if err != nil {
 			r.release(s)
 			return false
@@ -36,7 +61,7 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			continue
 		}
 		failures, slowdowns = 0, 0
-		next, err := r.advance(ctx, pc, s, page)
+		next, commit, err := r.advance(ctx, pc, s, page)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.fail(FinishGaveUp, fmt.Sprintf("shard %s: %v", s.ID, err))
@@ -45,12 +70,40 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 		}
 		r.log.Debug("page", zap.String("shard", s.ID), zap.Int("events", len(page.Items)),
 			zap.Int64("cursor", next.Cursor), zap.Duration("latency", page.Latency))
-		s = next
+		s, ahead = next, commit
 	}
-	if !s.Done() {
+	if settle() && !s.Done() {
 		r.release(s)
 	}
 	return false
+}
+
+// pageCommit is a page's commit running while its worker fetches the
+// shard's next page: storing a page takes a good part of a round trip, and
+// a REQ that waited for it would leave the relay idle meanwhile. One at a
+// time per worker, so a shard's cursors commit in order.
+type pageCommit struct {
+	done chan struct{}
+	s    shard.Shard
+	err  error
+}
+
+// commitAhead starts committing page items with s's cursor moved to
+// cursor, and returns s as it will then stand (the queue may yet raise its
+// Since: wait returns the shard as the queue has it).
+func (r *relayCrawl) commitAhead(items []Item, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
+	c := &pageCommit{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.s, c.err = r.commit(items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
+	}()
+	s.Cursor = cursor
+	return s, c
+}
+
+func (c *pageCommit) wait() (shard.Shard, error) {
+	<-c.done
+	return c.s, c.err
 }
 
 // release hands an unfinished shard back to the queue.
@@ -141,9 +194,9 @@ func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
 	return append(page.Malformed, pc.c.TakeOrphans()...)
 }
 
-// advance moves s's cursor past page and commits both; it returns the
-// shard as the queue now has it (a steal may have raised its Since).
-func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, page *Page) (shard.Shard, error) {
+// advance moves s's cursor past page and commits both: it returns the
+// shard as it will stand and the commit, still running.
+func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, page *Page) (shard.Shard, *pageCommit, error) {
 	var n, newer, older int
 	oldest := s.Cursor + 1
 	for _, it := range page.Items {
@@ -184,10 +237,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, p
 		// stray newer events on an otherwise empty page are just the end.)
 		// Keep what came, say why.
 		if _, err := r.commit(page.Items, malformed, nil); err != nil {
-			return s, err
+			return s, nil, err
 		}
 		r.fail(FinishUnpageable, fmt.Sprintf("asked until=%d, got %d newer events and none in range: the relay ignores until", s.Cursor, newer))
-		return s, nil
+		return s, nil, nil
 	case n == 0:
 		cursor = s.Since - 1 // a page with nothing in range is the end
 	case oldest < s.Cursor:
@@ -199,16 +252,17 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, p
 		// second may hold more than a page: a wall.
 		if full {
 			if _, err := r.commit(page.Items, malformed, nil); err != nil {
-				return s, err
+				return s, nil, err
 			}
 			page.Items, malformed = nil, nil
 			if err := r.completeWall(ctx, s.Cursor); err != nil {
-				return s, err
+				return s, nil, err
 			}
 		}
 		cursor = s.Cursor - 1
 	}
-	return r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
+	next, c := r.commitAhead(page.Items, malformed, s, cursor)
+	return next, c, nil
 }
 
 // full reports whether a page of n in-range events may have been cut by

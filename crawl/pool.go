@@ -39,10 +39,15 @@ func (p *connPool) lock()   { p.mu <- struct{}{} }
 func (p *connPool) unlock() { <-p.mu }
 
 // acquire returns a connection with a free in-flight slot, dialing one if
-// the target allows. The slot must be given back with release.
+// the controller's target allows. The slot must be given back with release.
 func (p *connPool) acquire(ctx context.Context) (*poolConn, error) {
+	return p.acquireWithin(ctx, p.r.target)
+}
+
+// acquireWithin is acquire with the target given by limits.
+func (p *connPool) acquireWithin(ctx context.Context, limits func() (conns, inflight int)) (*poolConn, error) {
 	for {
-		maxConns, maxInflight := p.r.target()
+		maxConns, maxInflight := limits()
 		p.lock()
 		p.reap()
 		var best *poolConn

@@ -55,7 +55,7 @@ type relayCrawl struct {
 	conns   *connPool
 	metrics *relayMetrics
 
-	mu      sync.Mutex // guards everything below; serializes commits
+	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
 	rec     RelayRecord
 	job     *jobState
 	queue   *shard.Queue
@@ -63,6 +63,9 @@ type relayCrawl struct {
 	ctrl    *adaptive.Controller
 	running int   // shards being paged
 	events  int64 // EVENT copies received
+	// shardsDirty and jobDirty: queue or job state the next commit must
+	// persist (a steal split a shard; the job finished).
+	shardsDirty, jobDirty bool
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
@@ -149,12 +152,9 @@ func (r *relayCrawl) schedule(ctx context.Context) {
 			if !ok {
 				break
 			}
-			// A steal changed two shards: persist every shard's state.
-			if err := r.persistShardsLocked(); err != nil {
-				r.mu.Unlock()
-				r.fail(FinishGaveUp, "store: "+err.Error())
-				return
-			}
+			// A steal changed two shards: the next commit persists every
+			// shard's state (the one below unless a worker's comes first).
+			r.shardsDirty = true
 			r.running++
 			wg.Add(1)
 			go func() {
@@ -170,8 +170,14 @@ func (r *relayCrawl) schedule(ctx context.Context) {
 				}
 			}()
 		}
-		idle := r.running == 0
+		idle, dirty := r.running == 0, r.shardsDirty
 		r.mu.Unlock()
+		if dirty {
+			if _, err := r.commit(nil, nil, nil); err != nil {
+				r.fail(FinishGaveUp, "store: "+err.Error())
+				return
+			}
+		}
 		if idle {
 			return // nothing running and nothing to hand out: drained
 		}
@@ -220,15 +226,6 @@ func (r *relayCrawl) yield() bool {
 	return false
 }
 
-func (r *relayCrawl) persistShardsLocked() error {
-	states := map[string][]byte{}
-	for _, s := range r.queue.Shards() {
-		states[r.job.shardPrefix()+s.ID] = encodeShard(s)
-	}
-	_, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: states})
-	return err
-}
-
 func (c *Crawler) pageLimit(doc *nip11.Document) int {
 	switch {
 	case c.opts.PageLimit > 0:
@@ -248,14 +245,17 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.queue.Done() {
+		r.mu.Unlock()
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: "shards left unfinished"}
 	}
-	r.job.meta.Done = true
-	if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: map[string][]byte{r.job.key: r.job.encode()}}); err != nil {
+	r.job.meta.Done, r.jobDirty = true, true
+	r.mu.Unlock()
+	if _, err := r.commit(nil, nil, nil); err != nil {
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var incomplete []int64
 	for _, w := range r.rec.Walls {
 		if !w.Complete {
@@ -324,12 +324,13 @@ func (r *relayCrawl) refusedDial(err error) {
 }
 
 // commit stores items and malformed copies in one atomic batch with the
-// relay record and, if advance is set, the shard's new cursor (applied to
-// the queue under the same lock, so states reach disk in queue order). It
-// returns the shard as it now stands.
+// relay record, the shard states a steal changed, and, if advance is set,
+// the shard's new cursor. The queue is advanced and the states encoded
+// inside the store's ingest lock (rawstore.Batch.State), so states reach
+// disk in queue order while r.mu is held only for that moment: the
+// relay's other workers keep paging during the commit. It returns the
+// shard as it now stands.
 func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
 		b.Events = make([]rawstore.Copy, len(items))
@@ -338,18 +339,30 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 		}
 	}
 	var s shard.Shard
-	if advance != nil {
-		var err error
-		if s, err = r.queue.Advance(advance.id, advance.cursor); err != nil {
-			return s, err
+	b.State = func() (map[string][]byte, []byte, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		states := map[string][]byte{}
+		if r.shardsDirty {
+			for _, s := range r.queue.Shards() {
+				states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+			}
+			r.shardsDirty = false
 		}
-		b.Shards = map[string][]byte{r.job.shardPrefix() + s.ID: encodeShard(s)}
+		if r.jobDirty {
+			states[r.job.key] = r.job.encode()
+			r.jobDirty = false
+		}
+		if advance != nil {
+			var err error
+			if s, err = r.queue.Advance(advance.id, advance.cursor); err != nil {
+				return nil, nil, err
+			}
+			states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+		}
+		rec, err := json.Marshal(&r.rec)
+		return states, rec, err
 	}
-	rec, err := json.Marshal(&r.rec)
-	if err != nil {
-		return s, err
-	}
-	b.RelayRecord = rec
 	if _, err := r.c.opts.Store.Ingest(b); err != nil {
 		return s, err
 	}

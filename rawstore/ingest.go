@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -37,6 +38,13 @@ type Batch struct {
 	Shards map[string][]byte
 	// RelayRecord, if non-nil, replaces the relay's crawl-owned record.
 	RelayRecord []byte
+	// State, if set, is called under the store's ingest lock right before
+	// the commit; the shard states it returns are added to Shards and a
+	// non-nil record replaces RelayRecord. Batches commit in the order of
+	// their State calls, so a caller deriving states from shared memory
+	// (a shard queue) gets them to disk in that memory's order without
+	// holding its own lock across the commit. An error aborts the batch.
+	State func() (shards map[string][]byte, relayRecord []byte, err error)
 }
 
 // IngestResult says what the batch changed.
@@ -55,8 +63,16 @@ const eventHeaderLen = 5
 // an alternate and verified on its own, so a forged copy stored first
 // never hides a valid one.
 func (s *Store) Ingest(in *Batch) (IngestResult, error) {
+	// The ids are looked up before taking the lock that orders dedup
+	// decisions, so concurrent ingests overlap their reads; under the
+	// lock only the ids of commits since are checked (see recentCommits).
+	gen := s.recent.gen.Load()
+	known, err := s.lookup(in.Events)
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
+	}
 	s.ingestMu.Lock()
-	res, err := s.ingestLocked(in)
+	res, err := s.ingestLocked(in, known, gen)
 	s.ingestMu.Unlock()
 	if err != nil || s.sync != pebble.Sync {
 		return res, err
@@ -73,23 +89,23 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	return res, nil
 }
 
-// ingestLocked is Ingest under ingestMu, without the sync.
-func (s *Store) ingestLocked(in *Batch) (IngestResult, error) {
+// ingestLocked is Ingest under ingestMu, without the sync. inBatch holds
+// the stored copies a lookup at generation gen found; copies put in this
+// batch join it (Pebble cannot read them back).
+func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
 	var res IngestResult
+	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
+		return res, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	// Copies already stored, looked up for the whole batch at once;
-	// then copies already put in this batch (Pebble cannot read them back).
-	inBatch, err := s.lookup(in.Events)
-	if err != nil {
-		return res, err
-	}
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	type hotEntry struct {
 		seq uint64
 		raw []byte
 	}
 	var hot []hotEntry
+	added := make(map[[32]byte]struct{}, len(in.Events))
 	var newIDs, dups int64
 	for i := range in.Events {
 		c := &in.Events[i]
@@ -104,6 +120,7 @@ func (s *Store) ingestLocked(in *Batch) (IngestResult, error) {
 			seq := s.pendingSeq.Add(1)
 			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
 			inBatch[c.ID] = v
+			added[c.ID] = struct{}{}
 			hot = append(hot, hotEntry{seq, c.Raw})
 			newIDs++
 			res.New++
@@ -175,11 +192,27 @@ func (s *Store) ingestLocked(in *Batch) (IngestResult, error) {
 	for job, state := range in.Shards {
 		_ = b.Set(shardKey(in.Relay, job), state, nil)
 	}
-	if in.RelayRecord != nil {
-		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), in.RelayRecord), nil)
+	record := in.RelayRecord
+	if in.State != nil {
+		more, rec, err := in.State()
+		if err != nil {
+			return res, err
+		}
+		if rec != nil {
+			record = rec
+		}
+		for job, state := range more { // set last: they win over in.Shards
+			_ = b.Set(shardKey(in.Relay, job), state, nil)
+		}
+	}
+	if record != nil {
+		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return res, fmt.Errorf("rawstore: commit batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	}
+	if len(added) > 0 {
+		s.recent.add(added)
 	}
 	for _, h := range hot {
 		s.hot.add(h.seq, in.Relay, h.raw)
@@ -221,6 +254,36 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 		}
 	}
 	return found, it.Error()
+}
+
+// catchUp adds to known the copies of evs that commits after generation
+// gen stored: a lookup outside ingestMu could not see them.
+func (s *Store) catchUp(evs []Copy, known map[[32]byte][]byte, gen uint64) error {
+	later, ok := s.recent.since(gen)
+	if len(later) == 0 && ok {
+		return nil
+	}
+	var missed []Copy
+	for i := range evs {
+		if _, found := known[evs[i].ID]; found {
+			continue
+		}
+		for _, ids := range later {
+			if _, hit := ids[evs[i].ID]; hit {
+				missed = append(missed, evs[i])
+				break
+			}
+		}
+		if !ok { // too far behind to tell: look every unknown id up again
+			missed = append(missed, evs[i])
+		}
+	}
+	if len(missed) == 0 {
+		return nil
+	}
+	found, err := s.lookup(missed)
+	maps.Copy(known, found)
+	return err
 }
 
 // storedCopy returns the E value for id (stored, or put in this batch)

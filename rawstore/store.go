@@ -88,6 +88,7 @@ type Store struct {
 	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
 	unqueued   atomic.Bool   // see unqueuedKey
 	hot        *hotCopies
+	recent     recentCommits // lets Ingest look ids up outside ingestMu
 
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32

@@ -27,7 +27,7 @@ func runCrawl(args []string) int {
 		conns    = fs.Int("conns", 4, "most connections per relay")
 		total    = fs.Int("max-conns", 64, "most connections across all relays")
 		startC   = fs.Int("start-conns", 1, "connections per relay before the controller learns more")
-		startR   = fs.Int("start-inflight", 2, "REQs in flight per connection before the controller learns more")
+		startR   = fs.Int("start-inflight", 4, "REQs in flight per connection before the controller learns more")
 		shards   = fs.Int("shards", 32, "initial created_at shards of a relay's job (idle workers split the largest)")
 		workers  = fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
