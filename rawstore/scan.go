@@ -123,15 +123,30 @@ func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byt
 	}()
 
 	n := 0
-	err = func() error {
+	err = func() (err error) {
+		// A batch's verdicts are applied while the next batch is judged:
+		// the judge uses every core, the apply one, and in turn they left
+		// the other cores idle for a third of the scan.
+		var applying chan error
+		wait := func() error {
+			if applying == nil {
+				return nil
+			}
+			defer func() { applying = nil }()
+			return <-applying
+		}
+		defer func() { err = errors.Join(err, wait()) }()
 		for items := range batches {
 			vs := make([]Verdict, len(items))
 			if err := judge(items, vs); err != nil {
 				return err
 			}
-			if err := s.Apply(items, vs); err != nil {
+			if err := wait(); err != nil {
 				return err
 			}
+			done := make(chan error, 1)
+			go func() { done <- s.Apply(items, vs) }()
+			applying = done
 			n += len(items)
 			if err := ctx.Err(); err != nil {
 				return err
