@@ -267,27 +267,36 @@ func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {
 	}
 }
 
-// judge fills verdicts[i] for items[i], the items split evenly over the
-// workers; with load, each worker first reads its items' bytes (random
-// reads cost as much as a parse, so they spread too).
+// judge fills verdicts[i] for items[i]. The workers take chunks of
+// judgeChunk items in turn until none is left, so one descheduled worker
+// (the store's reader and compactions share the cores) does not leave the
+// others idle at the end of the batch. With load, each worker first reads
+// its items' bytes (random reads cost as much as a parse, so they spread
+// too).
 func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load bool) error {
 	errs := make([]error, len(p.judges))
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	chunk := (len(items) + len(p.judges) - 1) / len(p.judges)
-	for w := 0; w*chunk < len(items); w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, len(items))
+	for w := 0; w < len(p.judges) && w*judgeChunk < len(items); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if load {
-				for i := lo; i < hi; i++ {
-					if err := p.opts.Store.Load(&items[i]); err != nil {
-						errs[w] = err
-						return
+			for {
+				lo := int(next.Add(judgeChunk)) - judgeChunk
+				if lo >= len(items) {
+					return
+				}
+				hi := min(lo+judgeChunk, len(items))
+				if load {
+					for i := lo; i < hi; i++ {
+						if err := p.opts.Store.Load(&items[i]); err != nil {
+							errs[w] = err
+							return
+						}
 					}
 				}
+				p.judges[w].run(items[lo:hi], verdicts[lo:hi])
 			}
-			p.judges[w].run(items[lo:hi], verdicts[lo:hi])
 		}()
 	}
 	wg.Wait()
@@ -296,6 +305,10 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 	}
 	return nil
 }
+
+// judgeChunk is what a worker takes at a time: two of bip340's 64-signature
+// batch checks.
+const judgeChunk = 128
 
 // judge decides copies for one worker, keeping its scratch between batches.
 type judge struct {
