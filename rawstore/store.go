@@ -127,6 +127,12 @@ func Open(opts Options) (*Store, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
+		// Blob files cut their value blocks at BlockSize too. Pebble's 4
+		// KiB holds three event bodies: every block read, cached, checksummed
+		// and (de)compressed on its own. At 16 KiB a 1M crawl took 33-35
+		// CPU-s instead of 42-43 and verifying it in key order 37 instead
+		// of 47-53; a random Get reads 16 KiB, still one block.
+		po.Levels[i].BlockSize = 16 << 10
 	}
 	// Event bodies go to blob files: compactions then move small keys,
 	// not the bodies, which is most of the write amplification of random
