@@ -66,6 +66,7 @@ func TestNostrRelay(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		pageLimit int
+		shards    int     // 0: the crawler's default
 		wantLimit int     // the page size the relay really serves
 		wantWalls []int64 // seconds the crawl must meet as walls
 		// This relay answers no NIP-45 COUNT, so a wall split by the kinds
@@ -74,11 +75,13 @@ func TestNostrRelay(t *testing.T) {
 		wantFinish string
 	}{
 		{name: "small pages", pageLimit: 100, wantLimit: 100, wantWalls: []int64{f.wallByKind, f.wallByAuthor}, wantFinish: crawl.FinishIncompleteWalls},
-		{name: "limit above the relay's cap", pageLimit: 2000, wantLimit: nostrRelayMaxLimit, wantFinish: crawl.FinishDrained},
+		// Two shards of 1,500 events: pages fill up to the relay's clamp
+		// (with the default 32, placed where the events are, none would).
+		{name: "limit above the relay's cap", pageLimit: 2000, shards: 2, wantLimit: nostrRelayMaxLimit, wantFinish: crawl.FinishDrained},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			st, res := archive(t, ctx, relay, tc.pageLimit)
+			st, res := archive(t, ctx, relay, tc.pageLimit, tc.shards)
 			t.Logf("crawled and verified in %v: %v", time.Since(start), res)
 			if res.Finish != tc.wantFinish {
 				t.Errorf("finish %v, want %s", res, tc.wantFinish)
@@ -90,7 +93,7 @@ func TestNostrRelay(t *testing.T) {
 }
 
 // archive crawls relay into a new store and verifies what it fetched.
-func archive(t *testing.T, ctx context.Context, relay string, pageLimit int) (*rawstore.Store, crawl.Result) {
+func archive(t *testing.T, ctx context.Context, relay string, pageLimit, shards int) (*rawstore.Store, crawl.Result) {
 	t.Helper()
 	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -104,6 +107,7 @@ func archive(t *testing.T, ctx context.Context, relay string, pageLimit int) (*r
 	c, err := crawl.New(crawl.Options{
 		Store:     st,
 		PageLimit: pageLimit,
+		Shards:    shards,
 		Logger:    zaptest.NewLogger(t),
 		// A local relay needs no patience; a failing page should fail fast.
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
