@@ -103,6 +103,12 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 		est, r.rec.PlannedBy = r.density, "count"
 	} else if occ, ok := r.probeOccupancy(ctx, since, until); ok {
 		est, r.rec.PlannedBy = occ, "probe"
+		// What the probes proved empty is empty to the density too, which
+		// sizes steals and the progress estimate: else it spreads what
+		// pages find over decades of nothing.
+		for _, g := range occ.gaps(since, until) {
+			r.density.ObserveCount(g[0], g[1], 0)
+		}
 		r.log.Debug("probed", zap.Int("intervals", len(occ)), zap.Int64("occupied_seconds", occ.width()))
 	}
 	shards, err := shard.Plan(since, until, r.c.opts.Shards, est)
@@ -276,6 +282,23 @@ func (o occupancy) width() int64 {
 		w += sl[1] - sl[0] + 1
 	}
 	return w
+}
+
+// gaps returns the parts of [since, until] that o (sorted, within it)
+// leaves out.
+func (o occupancy) gaps(since, until int64) [][2]int64 {
+	var out [][2]int64
+	next := since
+	for _, sl := range o {
+		if sl[0] > next {
+			out = append(out, [2]int64{next, sl[0] - 1})
+		}
+		next = sl[1] + 1
+	}
+	if next <= until {
+		out = append(out, [2]int64{next, until})
+	}
+	return out
 }
 
 // split cuts o into at most n slices (n >= 2): each interval gets one plus

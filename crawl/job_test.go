@@ -131,6 +131,13 @@ func TestSlicesCover(t *testing.T) {
 		}
 	}
 	occ := occupancy{{0, 10}, {20, 21}, {30, 1000}, {1002, 1003}, {5000, 9000}, {9002, 9002}}
+	// The gaps and the occupancy tile the range between them.
+	tiles := append(occ.gaps(-5, 9010), occ...)
+	slices.SortFunc(tiles, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	check("occupancy and its gaps", tiles, -5, 9010, len(tiles))
+	if g := occ.gaps(0, 9002); len(g) != 5 {
+		t.Errorf("gaps(0, 9002) = %v, want the 5 inner ones", g)
+	}
 	for _, n := range []int{2, 4, 8} {
 		parts := occ.split(n)
 		if len(parts) > n {
