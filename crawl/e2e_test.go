@@ -88,6 +88,21 @@ func (a *archive) verify(t *testing.T) rawstore.Stats {
 	return st
 }
 
+// record is the crawl record of the archive's only relay.
+func (a *archive) record(t *testing.T) crawl.RelayRecord {
+	t.Helper()
+	rels, err := a.store.Relays()
+	if err != nil || len(rels) != 1 {
+		t.Fatalf("relays %+v (%v), want one", rels, err)
+	}
+	t.Logf("relay record: %s", rels[0].Record)
+	var rec crawl.RelayRecord
+	if err := json.Unmarshal(rels[0].Record, &rec); err != nil {
+		t.Fatalf("relay record %s: %v", rels[0].Record, err)
+	}
+	return rec
+}
+
 // exported is the set of ids export would write.
 func (a *archive) exported(t *testing.T) map[[32]byte]bool {
 	t.Helper()
@@ -185,14 +200,8 @@ func TestArchiveHostileRelay(t *testing.T) {
 			t.Errorf("unexpected invalid reason %q (%d copies)", reason, n)
 		}
 	}
-	rels, _ := a.store.Relays()
-	if len(rels) != 1 {
-		t.Fatalf("relays %+v", rels)
-	}
-	t.Logf("relay record: %s", rels[0].Record)
-	var rec crawl.RelayRecord
-	if err := json.Unmarshal(rels[0].Record, &rec); err != nil || rec.PlannedBy != "count" {
-		t.Errorf("the relay answers COUNT, but the plan was sized by %q (%v)", rec.PlannedBy, err)
+	if rec := a.record(t); rec.PlannedBy != "count" {
+		t.Errorf("the relay answers COUNT, but the plan was sized by %q", rec.PlannedBy)
 	}
 	rs := relay.Stats()
 	t.Logf("relay stats: %+v", rs)
@@ -224,10 +233,9 @@ func TestFinishReasons(t *testing.T) {
 			if res[0].Finish != tc.finish || !strings.Contains(res[0].Detail, tc.detail) {
 				t.Fatalf("result %v, want %s containing %q", res[0], tc.finish, tc.detail)
 			}
-			rels, _ := a.store.Relays()
-			var rec crawl.RelayRecord
-			if err := json.Unmarshal(rels[0].Record, &rec); err != nil || rec.Finish != tc.finish {
-				t.Fatalf("stored record %s (%v)", rels[0].Record, err)
+			rec := a.record(t)
+			if rec.Finish != tc.finish {
+				t.Fatalf("stored finish %q, want %q", rec.Finish, tc.finish)
 			}
 			if tc.finish == crawl.FinishIncompleteWalls {
 				// Everything but the unsplittable second is archived, and
@@ -275,13 +283,9 @@ func TestRefusalsLoseNothing(t *testing.T) {
 			}
 			a.verify(t)
 			assertExactValidSet(t, a, f)
-			rels, _ := a.store.Relays()
-			var rec crawl.RelayRecord
-			_ = json.Unmarshal(rels[0].Record, &rec)
-			if rec.Refusals[tc.refusal] == 0 {
+			if rec := a.record(t); rec.Refusals[tc.refusal] == 0 {
 				t.Errorf("%s refusals not recorded: %+v", tc.refusal, rec.Refusals)
 			}
-			t.Logf("record: %s", rels[0].Record)
 		})
 	}
 }
@@ -347,9 +351,7 @@ func TestProbePlanWithoutCount(t *testing.T) {
 	}
 	a.verify(t)
 	assertExactValidSet(t, a, f)
-	rels, _ := a.store.Relays()
-	var rec crawl.RelayRecord
-	if err := json.Unmarshal(rels[0].Record, &rec); err != nil || rec.PlannedBy != "probe" {
-		t.Fatalf("plan sized by %q (%v), want probe", rec.PlannedBy, err)
+	if rec := a.record(t); rec.PlannedBy != "probe" {
+		t.Fatalf("plan sized by %q, want probe", rec.PlannedBy)
 	}
 }

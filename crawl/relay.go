@@ -63,9 +63,9 @@ type relayCrawl struct {
 	ctrl    *adaptive.Controller
 	running int   // shards being paged
 	events  int64 // EVENT copies received
-	// shardsDirty and jobDirty: queue or job state the next commit must
-	// persist (a steal split a shard; the job finished).
-	shardsDirty, jobDirty bool
+	// shardsDirty: a steal split a shard; the next commit persists every
+	// shard's state.
+	shardsDirty bool
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
@@ -249,9 +249,11 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		r.mu.Unlock()
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: "shards left unfinished"}
 	}
-	r.job.meta.Done, r.jobDirty = true, true
+	r.job.meta.Done = true
+	meta := map[string][]byte{r.job.key: r.job.encode()}
 	r.mu.Unlock()
-	if _, err := r.commit(nil, nil, nil); err != nil {
+	// Every worker has stopped: nothing else writes this relay's states.
+	if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: meta}); err != nil {
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
 	r.mu.Lock()
@@ -344,14 +346,10 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 		defer r.mu.Unlock()
 		states := map[string][]byte{}
 		if r.shardsDirty {
-			for _, s := range r.queue.Shards() {
-				states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+			for _, sh := range r.queue.Shards() {
+				states[r.job.shardPrefix()+sh.ID] = encodeShard(sh)
 			}
 			r.shardsDirty = false
-		}
-		if r.jobDirty {
-			states[r.job.key] = r.job.encode()
-			r.jobDirty = false
 		}
 		if advance != nil {
 			var err error

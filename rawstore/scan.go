@@ -132,8 +132,9 @@ func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byt
 			if applying == nil {
 				return nil
 			}
-			defer func() { applying = nil }()
-			return <-applying
+			err := <-applying
+			applying = nil
+			return err
 		}
 		defer func() { err = errors.Join(err, wait()) }()
 		for items := range batches {
