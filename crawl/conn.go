@@ -262,7 +262,7 @@ func (c *Conn) Count(ctx context.Context, filter []byte, idle time.Duration) (*P
 func (c *Conn) request(ctx context.Context, verb string, filter []byte, limit int, idle time.Duration) (*Page, error) {
 	s := &sub{limit: limit, finished: make(chan struct{}), isCount: verb == "COUNT", sent: time.Now()}
 	s.last.Store(s.sent.UnixNano())
-	if err := c.register(s, "a"); err != nil {
+	if err := c.register(s, subPrefixPage); err != nil {
 		return nil, err
 	}
 
@@ -315,7 +315,7 @@ wait:
 func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
 	fn func(items []Item, malformed []rawstore.Malformed, eose bool) error) (*Page, error) {
 	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
-	if err := c.register(s, "t"); err != nil {
+	if err := c.register(s, subPrefixStream); err != nil {
 		return nil, err
 	}
 	defer c.forget(s)
@@ -348,6 +348,38 @@ func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, m
 			}
 		}
 	}
+}
+
+// Subscription ids are a prefix and a counter in base 36.
+const (
+	subPrefixPage   = "a"
+	subPrefixStream = "t"
+)
+
+// blankSubID returns frame with its first JSON string that is one of this
+// connection's subscription ids (issued: the counter's last value) blanked
+// to "", or nil if it has none. It does not parse: the frame is malformed,
+// and a relay may have put the id anywhere (`{"EVENT":"a1"}`).
+func blankSubID(frame []byte, issued uint64) []byte {
+	for i := 0; i < len(frame); i++ {
+		if frame[i] != '"' {
+			continue
+		}
+		end := bytes.IndexByte(frame[i+1:], '"')
+		if end < 0 {
+			return nil
+		}
+		str := frame[i+1 : i+1+end]
+		if len(str) > 1 && (str[0] == subPrefixPage[0] || str[0] == subPrefixStream[0]) {
+			if n, err := strconv.ParseUint(string(str[1:]), 36, 64); err == nil && n >= 1 && n <= issued {
+				out := make([]byte, 0, len(frame)-len(str))
+				out = append(append(out, frame[:i+1]...), frame[i+1+end:]...)
+				return out
+			}
+		}
+		i += end + 1 // past the closing quote
+	}
+	return nil
 }
 
 // register gives s a subscription id (prefix + a counter) and routes the
@@ -446,19 +478,16 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		s.last.Store(now)
 	}
 	switch {
-	case errors.Is(err, frame.ErrBadEvent):
-		bad := rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed"}
-		if m.SubID != "" {
-			// The same bad event re-sent on the next page is the same copy.
-			bad.Key = bytes.Replace(data, []byte(`"`+m.SubID+`"`), []byte(`""`), 1)
-		}
-		if s != nil {
+	case err != nil:
+		// The same bad frame re-sent on another subscription (the next
+		// page repeats its boundary second; a retry repeats the page) is
+		// the same copy.
+		bad := rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed", Key: blankSubID(data, c.nextSub)}
+		if s != nil && errors.Is(err, frame.ErrBadEvent) {
 			s.page.Malformed = append(s.page.Malformed, bad)
 		} else {
 			c.orphans = append(c.orphans, bad)
 		}
-	case err != nil:
-		c.orphans = append(c.orphans, rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed"})
 	case m.Label == frame.Event:
 		if s == nil {
 			return // a late event of a subscription already closed

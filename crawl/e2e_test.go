@@ -355,3 +355,33 @@ func TestProbePlanWithoutCount(t *testing.T) {
 		t.Fatalf("plan sized by %q, want probe", rec.PlannedBy)
 	}
 }
+
+// A COUNT that fails now and then is asked again: the plan is still sized
+// by COUNT, and a wall that only COUNT can prove complete is proven.
+func TestCountRetried(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 6, Events: 2000, Wall: 700, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every second COUNT gets only a NOTICE: without a retry, the plan's
+	// second COUNT fails and so does every other wall COUNT.
+	relay := startRelay(t, testrelay.Options{MaxLimit: 250, SupportCount: true, CountNoticeEvery: 2}, f.Items)
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("crawl: %v", res[0])
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+	rec := a.record(t)
+	if rec.PlannedBy != "count" {
+		t.Errorf("plan sized by %q, want count", rec.PlannedBy)
+	}
+	if len(rec.Walls) != 1 || !rec.Walls[0].Complete || rec.Walls[0].Count != 700 {
+		t.Errorf("walls %+v, want one complete wall counted at 700", rec.Walls)
+	}
+	if rec.Refusals["notice"] == 0 {
+		t.Errorf("the COUNT notices were not recorded: %+v", rec.Refusals)
+	}
+}

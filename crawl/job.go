@@ -135,17 +135,12 @@ const countSlices = 16
 func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool {
 	var total int64
 	for _, sl := range timeSlices(since, until, countSlices) {
-		pc, err := r.conns.acquire(ctx)
-		if err != nil {
+		n, ok := r.countEvents(ctx, sl[0], sl[1])
+		if !ok {
 			return false
 		}
-		page, err := pc.c.Count(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &sl[0], Until: &sl[1]}.bytes(), r.c.opts.PageTimeout)
-		r.conns.release(pc)
-		if err != nil || page.End != EndEOSE {
-			return false
-		}
-		r.density.ObserveCount(sl[0], sl[1], page.Count)
-		total += page.Count
+		r.density.ObserveCount(sl[0], sl[1], n)
+		total += n
 	}
 	return total > 0
 }

@@ -168,16 +168,8 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 		default:
 			r.refusal("closed:"+prefix, adaptive.ClosedError)
 		}
-	case EndNotice:
-		r.refusal("notice", adaptive.TooManyREQs)
-	case EndTimeout:
-		r.refusal("timeout", adaptive.Timeout)
-		if *failures >= 1 {
-			r.conns.drop(pc) // a silent connection may be dead: redial
-		}
-	case EndConnLost:
-		r.refusal("conn-lost", adaptive.Dropped)
-		r.conns.drop(pc)
+	default:
+		r.transient(pc, page, *failures)
 	}
 	*failures++
 	r.log.Info("page failed; retrying", zap.String("what", what), zap.Stringer("end", page.End),
@@ -188,6 +180,25 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 	}
 	_ = r.c.backoff(ctx, *failures)
 	return false
+}
+
+// transient records a request that failed in a way worth retrying (a
+// NOTICE, a timeout, a lost connection) after failures earlier failures:
+// the refusal, the controller's signal, and a redial where the connection
+// may be dead.
+func (r *relayCrawl) transient(pc *poolConn, page *Page, failures int) {
+	switch page.End {
+	case EndNotice:
+		r.refusal("notice", adaptive.TooManyREQs)
+	case EndTimeout:
+		r.refusal("timeout", adaptive.Timeout)
+		if failures >= 1 {
+			r.conns.drop(pc) // a silent connection may be dead: redial
+		}
+	case EndConnLost:
+		r.refusal("conn-lost", adaptive.Dropped)
+		r.conns.drop(pc)
+	}
 }
 
 func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {

@@ -2,12 +2,12 @@ package crawl
 
 import (
 	"context"
-
 	"encoding/json"
 	"fmt"
-	"github.com/nostr-archiver/archiver/shard"
 	"slices"
 
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
 
@@ -42,10 +42,13 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 		}
 	}
 	report.Events = len(w.ids)
+	noCount := "the relay answers no COUNT"
 	if r.count {
-		if n, ok := r.countSecond(ctx, second); ok {
+		if n, ok := r.countEvents(ctx, second, second); ok {
 			report.Count = n
 			w.plan.SetTotal(n)
+		} else {
+			noCount = "the relay's COUNT failed"
 		}
 	}
 	st := w.plan.Status()
@@ -57,7 +60,7 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	case st.Total >= 0 && st.Found < st.Total:
 		report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", st.Total, st.Found))
 	case full && !st.Verified:
-		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and the relay answers no COUNT")
+		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and "+noCount)
 	}
 	r.log.Info("wall", zap.Int64("second", second), zap.Int("events", report.Events),
 		zap.Bool("complete", report.Complete), zap.String("method", report.Method), zap.Strings("unsplit", report.Unsplit))
@@ -121,18 +124,43 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (boo
 	}
 }
 
-// countSecond asks NIP-45 COUNT for one second; ok is false when the
-// relay does not answer it.
-func (r *relayCrawl) countSecond(ctx context.Context, second int64) (int64, bool) {
-	pc, err := r.conns.acquire(ctx)
-	if err != nil {
-		return 0, false
+// countEvents asks the relay's NIP-45 COUNT how many events [since, until]
+// holds. A NOTICE, a timeout, a lost connection or a rate limit is
+// retried, as a page would be, up to countAttempts times; ok is false when
+// the relay gave no count (it refused COUNT, or kept failing), and the
+// caller does without. A failed COUNT never ends the crawl.
+func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int64, ok bool) {
+	f := filterJSON{Kinds: r.c.opts.Kinds, Since: &since, Until: &until}.bytes()
+	for failures := 0; ; {
+		pc, err := r.conns.acquire(ctx)
+		if err != nil {
+			return 0, false
+		}
+		page, err := pc.c.Count(ctx, f, r.c.opts.PageTimeout)
+		r.conns.release(pc)
+		if err != nil {
+			return 0, false
+		}
+		switch page.End {
+		case EndEOSE:
+			return page.Count, true
+		case EndClosed:
+			if act, _ := classify(page.Reason); act != actBackoff {
+				return 0, false
+			}
+			r.refusal("rate-limited", adaptive.RateLimited)
+		default:
+			r.transient(pc, page, failures)
+		}
+		failures++
+		r.log.Debug("COUNT failed; retrying", zap.Int64("since", since), zap.Int64("until", until),
+			zap.Stringer("end", page.End), zap.String("reason", page.Reason), zap.Int("attempt", failures))
+		if failures >= countAttempts || r.c.backoff(ctx, failures) != nil {
+			return 0, false
+		}
 	}
-	defer r.conns.release(pc)
-	f := filterJSON{Kinds: r.c.opts.Kinds, Since: &second, Until: &second}.bytes()
-	page, err := pc.c.Count(ctx, f, r.c.opts.PageTimeout)
-	if err != nil || page.End != EndEOSE {
-		return 0, false
-	}
-	return page.Count, true
 }
+
+// countAttempts bounds the tries of one COUNT: a count only sharpens a plan
+// or proves a wall, so a relay that keeps failing it is done without.
+const countAttempts = 3

@@ -473,7 +473,8 @@ func (c *conn) closeSub(id string) {
 // onReq admits or refuses a REQ (or COUNT) whose arguments are args:
 // the subscription id then the filters. Checks run in this order: the
 // subscription id, the filters, AUTH, the rate limit, then for COUNT
-// SupportCount, for REQ the subscription cap and NoticeOnlyEvery.
+// SupportCount and CountNoticeEvery, for REQ the subscription cap and
+// NoticeOnlyEvery.
 func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	var id string
 	if len(args) == 0 || json.Unmarshal(args[0], &id) != nil {
@@ -505,6 +506,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	if count {
 		if !o.SupportCount {
 			c.refuse("CLOSED", id, "unsupported: COUNT is not supported")
+			return
+		}
+		if n := c.r.countSeq.Add(1); o.CountNoticeEvery > 0 && n%int64(o.CountNoticeEvery) == 0 {
+			c.refuse("NOTICE", "ERROR: could not process COUNT, try again")
 			return
 		}
 		c.enqueue(job{count: true, subJSON: subJSON, filters: filters})

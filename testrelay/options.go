@@ -68,6 +68,10 @@ type Options struct {
 	// CLOSED. 0 means never.
 	NoticeOnlyEvery int
 
+	// CountNoticeEvery does the same to every Nth COUNT (counted over the
+	// relay, apart from REQs): a relay whose COUNT fails now and then.
+	CountNoticeEvery int
+
 	// AuthRequired sends ["AUTH",challenge] on connect and refuses REQ and
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a
 	// valid NIP-42 kind-22242 event for that challenge.
@@ -165,6 +169,8 @@ func (o Options) Validate() error {
 		return bad("DropEvery %d < 0", o.DropEvery)
 	case o.NoticeOnlyEvery < 0:
 		return bad("NoticeOnlyEvery %d < 0", o.NoticeOnlyEvery)
+	case o.CountNoticeEvery < 0:
+		return bad("CountNoticeEvery %d < 0", o.CountNoticeEvery)
 	case o.Latency < 0:
 		return bad("Latency %v < 0", o.Latency)
 	case o.PageWorkers < 0:

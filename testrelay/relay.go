@@ -53,6 +53,7 @@ type Relay struct {
 	st       counters
 	openSubs atomic.Int64
 	reqSeq   atomic.Int64
+	countSeq atomic.Int64
 }
 
 // Stats are the relay's counters since New.

@@ -388,6 +388,19 @@ func TestNoticeOnlyEvery(t *testing.T) {
 		}
 	}
 	c.expectNone(50 * time.Millisecond)
+	// COUNTs are counted apart: the third COUNT fails, not the first.
+	r = newRelay(t, Options{SupportCount: true, CountNoticeEvery: 3}, synth(5, func(i int) int64 { return int64(i + 1) })...)
+	c = dial(t, r.URL())
+	for i := 1; i <= 6; i++ {
+		c.send("COUNT", fmt.Sprint("n", i), map[string]any{})
+		want := "COUNT"
+		if i%3 == 0 {
+			want = "NOTICE"
+		}
+		if m := c.nextMsg(); m.label != want {
+			t.Fatalf("COUNT %d: %s, want %s", i, m.raw, want)
+		}
+	}
 }
 
 func authEvent(t testing.TB, sk *btcec.PrivateKey, relay, challenge string, kind int) *event.Event {
@@ -701,7 +714,7 @@ func rawUpgrade(t *testing.T, url string) net.Conn {
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []Options{
 		{Addr: "no port"}, {ExtraOutOfRange: -1}, {MaxSubsPerConn: -1}, {RateLimit: -1},
-		{MaxConnsPerIP: -1}, {DropEvery: -1}, {NoticeOnlyEvery: -2}, {Latency: -1}, {MaxMessageLength: -1},
+		{MaxConnsPerIP: -1}, {DropEvery: -1}, {NoticeOnlyEvery: -2}, {CountNoticeEvery: -1}, {Latency: -1}, {MaxMessageLength: -1},
 	} {
 		if _, err := New(o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", o, err)
