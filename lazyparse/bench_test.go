@@ -60,7 +60,7 @@ func BenchmarkVerify(b *testing.B) {
 		// and its share of a batch signature check (512 copies, as a
 		// 1024-copy step split over two workers).
 		const batch = 512
-		j := &judge{verify: DefaultVerifiers()()}
+		j := NewJudge(DefaultVerifiers()())
 		items := make([]rawstore.Pending, batch)
 		vs := make([]rawstore.Verdict, batch)
 		start := time.Now()
@@ -70,7 +70,7 @@ func BenchmarkVerify(b *testing.B) {
 				e := evs[(done+i)%n]
 				items[i] = rawstore.Pending{ID: e.ID, Raw: raws[(done+i)%n]}
 			}
-			j.run(items[:k], vs[:k])
+			j.Run(items[:k], vs[:k])
 			for i := range k {
 				if !vs[i].Valid {
 					b.Fatal(vs[i].Reason)

@@ -91,7 +91,7 @@ func (o *Options) Validate() error {
 // Pool is the verify worker pool.
 type Pool struct {
 	opts   Options
-	judges []*judge // one per worker
+	judges []*Judge // one per worker
 	wake   chan struct{}
 	alive  atomic.Int64 // unix nanos of Run's latest loop, for a watchdog
 }
@@ -104,7 +104,7 @@ func New(opts Options) (*Pool, error) {
 	}
 	p := &Pool{opts: opts, wake: make(chan struct{}, 1)}
 	for i := 0; i < opts.Workers; i++ {
-		p.judges = append(p.judges, &judge{verify: opts.NewVerifier()})
+		p.judges = append(p.judges, NewJudge(opts.NewVerifier()))
 	}
 	return p, nil
 }
@@ -295,7 +295,7 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 						}
 					}
 				}
-				p.judges[w].run(items[lo:hi], verdicts[lo:hi])
+				p.judges[w].Run(items[lo:hi], verdicts[lo:hi])
 			}
 		}()
 	}
@@ -310,8 +310,11 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 // batch checks.
 const judgeChunk = 128
 
-// judge decides copies for one worker, keeping its scratch between batches.
-type judge struct {
+// A Judge decides copies the way each pool worker does, without a store:
+// for tools that check events outside an archive, and to measure the
+// verifier alone. It keeps its scratch between calls, so it is for one
+// goroutine; give each its own.
+type Judge struct {
 	verify  Verifier
 	buf     []byte        // canonical serializations
 	sigs    []bip340.Item // point into the parsed events
@@ -319,10 +322,15 @@ type judge struct {
 	reasons []string
 }
 
-// run sets vs[i] to the verdict on items[i] (items without bytes, already
+// NewJudge returns a Judge checking signatures with verify (from
+// DefaultVerifiers, say).
+func NewJudge(verify Verifier) *Judge { return &Judge{verify: verify} }
+
+// Run sets vs[i] to the verdict on items[i] (items without bytes, already
 // resolved, are left alone): parse, recompute the id, then check every
-// signature that got that far in one batch.
-func (j *judge) run(items []rawstore.Pending, vs []rawstore.Verdict) {
+// signature that got that far in one batch. It panics if len(vs) <
+// len(items).
+func (j *Judge) Run(items []rawstore.Pending, vs []rawstore.Verdict) {
 	j.sigs, j.of = j.sigs[:0], j.of[:0]
 	for i := range items {
 		if items[i].Raw == nil {

@@ -54,12 +54,12 @@ func TestJudgeReasons(t *testing.T) {
 	}
 	// Alone, and all in one batch between valid events (a batch whose
 	// signature check fails must still single out the bad one).
-	j := &judge{verify: DefaultVerifiers()()}
+	j := NewJudge(DefaultVerifiers()())
 	var batch []rawstore.Pending
 	var want []string
 	for _, tc := range cases {
 		vs := make([]rawstore.Verdict, 1)
-		j.run([]rawstore.Pending{{ID: tc.id, Raw: tc.raw}}, vs)
+		j.Run([]rawstore.Pending{{ID: tc.id, Raw: tc.raw}}, vs)
 		if vs[0].Valid != (tc.want == "") || vs[0].Reason != tc.want {
 			t.Errorf("%s: verdict %+v, want reason %q", tc.name, vs[0], tc.want)
 		}
@@ -72,7 +72,7 @@ func TestJudgeReasons(t *testing.T) {
 		want = append(want, tc.want)
 	}
 	vs := make([]rawstore.Verdict, len(batch))
-	j.run(batch, vs)
+	j.Run(batch, vs)
 	for i := range batch {
 		if vs[i].Valid != (want[i] == "") || vs[i].Reason != want[i] {
 			t.Errorf("in a batch, copy %d: verdict %+v, want reason %q", i, vs[i], want[i])

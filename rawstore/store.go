@@ -90,6 +90,8 @@ type Store struct {
 	hot        *hotCopies
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
 
+	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
+
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32
 	relayURL []string
@@ -162,6 +164,10 @@ func Open(opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if cMallocFree() >= 0 {
+		s.trimStop, s.trimDone = make(chan struct{}), make(chan struct{})
+		go trimLoop(s.trimStop, s.trimDone)
+	}
 	return s, nil
 }
 
@@ -223,6 +229,10 @@ func (s *Store) lastKey(prefix []byte) ([]byte, error) {
 // Close flushes and closes the database. Every iterator and batch must be
 // finished first.
 func (s *Store) Close() error {
+	if s.trimStop != nil {
+		close(s.trimStop)
+		<-s.trimDone
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("rawstore: close: %w", err)
 	}

@@ -7,7 +7,11 @@
 //	(b) `archiver crawl --no-verify` held to one connection, one REQ;
 //	(c) `archiver crawl --no-verify` with the adaptive controller;
 //	(d) `archiver reprocess` of (c)'s archive: lazy verification;
-//	(e) a plain btcec Schnorr verify loop, one goroutine.
+//	(d') what one verify worker does per event (parse, recompute the id,
+//	     batch-verify), on raw fixture events in memory, one goroutine;
+//	(e) a plain btcec Schnorr verify loop over the same events;
+//	(f) `archiver crawl` verifying while it crawls, until every event has
+//	    a verdict.
 //
 // The relay and the archiver run as child processes, so each one's memory
 // is its own: peak RSS comes from the kernel's rusage of the archiver.
@@ -96,7 +100,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.limit, "limit", 0, "raw reader's page limit (0: the relay's NIP-11 max_limit, else 500, as the archiver picks)")
 	fs.IntVar(&c.rawConns, "raw-conns", 0, "raw reader's connections for the comparison with (c) (0: what (c) settled on)")
 	fs.IntVar(&c.rawInflight, "raw-inflight", 0, "raw reader's REQs in flight per connection (0: what (c) settled on)")
-	fs.IntVar(&c.verifyEvents, "verify-events", 20_000, "events of the btcec verify baseline")
+	fs.IntVar(&c.verifyEvents, "verify-events", 20_000, "events of the in-memory verify loops (d') and (e)")
 	fs.StringVar(&c.crawlArgs, "crawl-args", "", "extra `archiver crawl` flags for both archiver runs, space-separated")
 	fs.StringVar(&c.relayArgs, "relay-args", "", "extra `testrelay` flags, space-separated: e.g. \"-latency 100ms -page-workers 4 -capacity 30000\" serves like a remote relay (per-REQ latency, per-connection and relay-wide limits) instead of as fast as loopback allows")
 	fs.StringVar(&c.out, "out", "", "also write the markdown report to this file")
@@ -235,10 +239,19 @@ func (b *bench) run(ctx context.Context) (report, error) {
 	if err != nil {
 		return report{}, err
 	}
-	progress("btcec verify baseline over %d events", b.cfg.verifyEvents)
-	base, err := verifyBaseline(b.cfg.verifyEvents, b.cfg.seed, b.cfg.cache)
+	progress("verify loops (d') and (e) over %d events", b.cfg.verifyEvents)
+	raws, evs, err := fixtureEvents(b.cfg.verifyEvents, b.cfg.seed, b.cfg.cache)
 	if err != nil {
-		return report{}, fmt.Errorf("verify baseline: %w", err)
+		return report{}, fmt.Errorf("verify loops: %w", err)
+	}
+	judged, err := verifyJudge(raws, evs)
+	if err != nil {
+		return report{}, fmt.Errorf("verify loop (d'): %w", err)
+	}
+	judgeRow := row{Scenario: "(d') verify: the judge alone", Events: int64(judged.Events), Elapsed: judged.Elapsed, CPU: judged.CPU, Concurrency: "1 goroutine"}
+	base, err := verifyBaseline(evs)
+	if err != nil {
+		return report{}, fmt.Errorf("verify baseline (e): %w", err)
 	}
 	baseRow := row{Scenario: "(e) btcec verify baseline", Events: int64(base.Events), Elapsed: base.Elapsed, CPU: base.CPU, Concurrency: "1 goroutine"}
 
@@ -249,7 +262,7 @@ func (b *bench) run(ctx context.Context) (report, error) {
 			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process (%s); %s, %s, GOMAXPROCS %d.",
 				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, relayProfile(b.cfg.relayArgs), cpuModel(), runtime.Version(), procs),
 		},
-		Rows: []row{raw1, rawK, fixed, adaptive, verify, baseRow, verified},
+		Rows: []row{raw1, rawK, fixed, adaptive, verify, judgeRow, baseRow, verified},
 		Notes: []string{
 			fmt.Sprintf("- (c)/(a %dx%d): %s of the relay's serving limit at the concurrency (c) settled on; (c)/(a 1x1): %s.",
 				k, m, ratio(adaptive.rate(), rawK.rate()), ratio(adaptive.rate(), raw1.rate())),
@@ -261,7 +274,9 @@ func (b *bench) run(ctx context.Context) (report, error) {
 				thousands(int64(verify.rate())), thousands(int64(perCore)), procs, thousands(int64(verify.perCPUSecond())), thousands(poolN), poolTime.Seconds()),
 			fmt.Sprintf("- Baseline (e): btcec schnorr.ParsePubKey + ParseSignature + Verify, one goroutine: %s verifies/s wall, %s per CPU-second; (d)/(e) per core: %s wall, %s per CPU-second.",
 				thousands(int64(baseRow.rate())), thousands(int64(baseRow.perCPUSecond())), ratio(perCore, baseRow.rate()), ratio(verify.perCPUSecond(), baseRow.perCPUSecond())),
-			"- events/s = the relay's events / wall seconds of the archiver process (start, crawl, flush, exit). MB/s counts the EVENT frames' bytes as the relay sent them (measured by (a)). CPU s is user + system time of the archiver process (for (a), of crawlbench; for (e), of its thread), so events/CPU s is less sensitive than events/s to other load on the machine. RSS in MiB: peak from the kernel's rusage, the others sampled from /proc every 200 ms.",
+			fmt.Sprintf("- Verifier (d'): parse, id and BIP-340 batch verification of the same events from their raw bytes, one goroutine, a fresh key cache (%d authors: all but their first events hit it): %s events/s wall, %s per CPU-second, %s times (e) per CPU-second. (d) adds the archive's reads and verdict writes.",
+				authors(evs), thousands(int64(judgeRow.rate())), thousands(int64(judgeRow.perCPUSecond())), ratio(judgeRow.perCPUSecond(), baseRow.perCPUSecond())),
+			"- events/s = the relay's events / wall seconds of the archiver process (start, crawl, flush, exit). MB/s counts the EVENT frames' bytes as the relay sent them (measured by (a)). CPU s is user + system time of the archiver process (for (a), of crawlbench; for (d') and (e), of their thread), so events/CPU s is less sensitive than events/s to other load on the machine. RSS in MiB: peak from the kernel's rusage, the others sampled from /proc every 200 ms.",
 			fmt.Sprintf("- The machine is shared with other work (1-minute load average %s at the start, %s at the end): wall-clock numbers vary between runs.", load0, loadAvg()),
 		},
 	}

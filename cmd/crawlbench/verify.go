@@ -9,50 +9,103 @@ import (
 
 	"github.com/btcsuite/btcd/btcec/v2/schnorr"
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
-// baselineResult is the plain btcec verify loop's speed.
-type baselineResult struct {
+// verifyResult is the speed of one verify loop on one goroutine.
+type verifyResult struct {
 	Events  int
 	Elapsed time.Duration
 	CPU     time.Duration // of the verifying thread
 }
 
-// verifyBaseline verifies n fixture events with btcec's schnorr package
-// on one goroutine, parsing key and signature every time as a naive
-// verifier does: the per-core figure the archiver's verify pool is
-// compared with.
-func verifyBaseline(n int, seed uint64, cacheDir string) (baselineResult, error) {
+// fixtureEvents returns the raw lines and parsed events of the first n
+// valid fixture events.
+func fixtureEvents(n int, seed uint64, cacheDir string) ([][]byte, []*event.Event, error) {
 	fx, err := testrelay.Generate(testrelay.FixtureOptions{Events: n, Seed: seed, CacheDir: cacheDir})
 	if err != nil {
-		return baselineResult{}, err
+		return nil, nil, err
 	}
+	raws := make([][]byte, len(fx.Valid))
 	evs := make([]*event.Event, len(fx.Valid))
 	for i, v := range fx.Valid {
+		raws[i] = v.Line
 		if evs[i], err = event.Parse(v.Line); err != nil {
-			return baselineResult{}, fmt.Errorf("fixture event %d: %w", i, err)
+			return nil, nil, fmt.Errorf("fixture event %d: %w", i, err)
 		}
 	}
-	// One OS thread, so its CPU time is the loop's whatever else runs on
-	// the machine.
+	return raws, evs, nil
+}
+
+// authors counts the distinct pubkeys of evs.
+func authors(evs []*event.Event) int {
+	seen := make(map[[32]byte]bool)
+	for _, e := range evs {
+		seen[e.PubKey] = true
+	}
+	return len(seen)
+}
+
+// onOneThread times loop on one OS thread, so that its CPU time is the
+// loop's whatever else runs on the machine.
+func onOneThread(events int, loop func() error) (verifyResult, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start, cpu0 := time.Now(), cpuTime(true)
-	for _, e := range evs {
-		pk, err := schnorr.ParsePubKey(e.PubKey[:])
-		if err != nil {
-			return baselineResult{}, err
-		}
-		sig, err := schnorr.ParseSignature(e.Sig[:])
-		if err != nil {
-			return baselineResult{}, err
-		}
-		if !sig.Verify(e.ID[:], pk) {
-			return baselineResult{}, fmt.Errorf("fixture event %x does not verify", e.ID)
-		}
+	if err := loop(); err != nil {
+		return verifyResult{}, err
 	}
-	return baselineResult{Events: len(evs), Elapsed: time.Since(start), CPU: cpuTime(true) - cpu0}, nil
+	return verifyResult{Events: events, Elapsed: time.Since(start), CPU: cpuTime(true) - cpu0}, nil
+}
+
+// verifyBaseline verifies the events with btcec's schnorr package,
+// parsing key and signature every time as a naive verifier does: the
+// per-core figure the archiver's verify pool is compared with.
+func verifyBaseline(evs []*event.Event) (verifyResult, error) {
+	return onOneThread(len(evs), func() error {
+		for _, e := range evs {
+			pk, err := schnorr.ParsePubKey(e.PubKey[:])
+			if err != nil {
+				return err
+			}
+			sig, err := schnorr.ParseSignature(e.Sig[:])
+			if err != nil {
+				return err
+			}
+			if !sig.Verify(e.ID[:], pk) {
+				return fmt.Errorf("fixture event %x does not verify", e.ID)
+			}
+		}
+		return nil
+	})
+}
+
+// verifyJudge judges the same events from their raw bytes as one verify
+// worker does (parse, recompute the id, batch-verify with a fresh key
+// cache), judgeChunk at a time: the verifier's own per-core speed,
+// without the store's reads and writes that (d) includes.
+func verifyJudge(raws [][]byte, evs []*event.Event) (verifyResult, error) {
+	const judgeChunk = 128 // what a pool worker takes at a time
+	j := lazyparse.NewJudge(lazyparse.DefaultVerifiers()())
+	items := make([]rawstore.Pending, judgeChunk)
+	vs := make([]rawstore.Verdict, judgeChunk)
+	return onOneThread(len(raws), func() error {
+		for lo := 0; lo < len(raws); lo += judgeChunk {
+			k := min(judgeChunk, len(raws)-lo)
+			for i := range k {
+				items[i] = rawstore.Pending{ID: evs[lo+i].ID, Raw: raws[lo+i]}
+			}
+			j.Run(items[:k], vs[:k])
+			for i := range k {
+				if !vs[i].Valid {
+					return fmt.Errorf("fixture event %x judged invalid: %s", evs[lo+i].ID, vs[i].Reason)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // reprocessLine is the summary `archiver reprocess` prints.
