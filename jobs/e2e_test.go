@@ -272,43 +272,48 @@ func TestSplitAcrossNodes(t *testing.T) {
 	}
 }
 
-func TestNodeDeathRedelivers(t *testing.T) {
+// killA runs a server and a relay, starts node a with mutate, submits job
+// "one" over the relay, waits until a is crawling it, and kills a: its
+// connection goes first, so nothing is acked or nak'ed. Then the relay
+// serves at full speed and node b, started with mutate, is the fleet.
+func killA(t *testing.T, mutate func(*WorkerOptions)) (context.Context, jetstream.JetStream, *testrelay.Fixture, *node) {
+	t.Helper()
 	srv := runServer(t, nil)
 	f := fixture(t, 3000)
 	relay := startRelay(t, f, testrelay.Options{Latency: 40 * time.Millisecond})
 	_, js := connect(t, srv.ClientURL())
 	ctx := testCtx(t)
-
-	a := startNode(t, srv.ClientURL(), "a", nil)
-	j := &Job{ID: "one", Relays: []string{relay.URL()}, Filter: Filter{Since: f.Since, Until: f.Until}, Mode: ModeBackfill}
+	// The stream first: a node creating it at the same time as this test
+	// once timed out (JetStream API, -race, -count=10).
 	if _, _, err := EnsureStream(ctx, js, subjects); err != nil {
 		t.Fatal(err)
 	}
+	a := startNode(t, srv.ClientURL(), "a", mutate)
+	j := &Job{ID: "one", Relays: []string{relay.URL()}, Filter: Filter{Since: f.Since, Until: f.Until}, Mode: ModeBackfill}
 	if _, err := Submit(ctx, js, subjects, j); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, subjects.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := mustKV(t, js)
 	for {
 		st, err := getStatus(ctx, kv, "one")
-		if err == nil && st.State == StateRunning && st.Node == "a" && relay.Stats().Events > 200 {
+		if err == nil && st.State == StateRunning && st.Node == a.id && relay.Stats().Events > 200 {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatal("node a never ran the job")
+			t.Fatalf("node %s never ran the job", a.id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Node death: the connection goes first, so nothing is acked or nak'ed.
 	a.nc.Close()
 	a.stop(t)
 	if err := relay.SetOptions(func(o *testrelay.Options) { o.Latency = 0 }); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, js, f, startNode(t, srv.ClientURL(), "b", mutate)
+}
 
-	b := startNode(t, srv.ClientURL(), "b", nil)
+func TestNodeDeathRedelivers(t *testing.T) {
+	ctx, js, f, b := killA(t, nil)
 	r, err := Wait(ctx, js, subjects, "one", 100*time.Millisecond)
 	if err != nil {
 		t.Fatalf("Wait: %v (%+v)", err, r)
@@ -317,6 +322,38 @@ func TestNodeDeathRedelivers(t *testing.T) {
 		t.Errorf("job %+v: want done by b on a redelivery", r.Job)
 	}
 	assertExactly(t, b.valid(t), f)
+}
+
+// A node that dies holding a job's last delivery leaves no worker to
+// record the end: the queue will not deliver it again. Another node
+// learns it from the server's max-deliveries advisory and records the job
+// failed, instead of its status saying "running" for ever.
+func TestNodeDeathOnLastDeliveryFailsJob(t *testing.T) {
+	ctx, js, _, b := killA(t, func(o *WorkerOptions) { o.MaxDeliver = 1 })
+	r, err := Wait(ctx, js, subjects, "one", 100*time.Millisecond)
+	if !errors.Is(err, ErrNotDrained) {
+		t.Fatalf("Wait: %v (%+v), want %v", err, r, ErrNotDrained)
+	}
+	if r.Job.State != StateFailed || r.Job.Node != "a" || r.Job.Deliveries != 1 || !strings.Contains(r.Job.Error, "lease") {
+		t.Errorf("job %+v: want failed, held by a, 1 delivery, the lost lease as its error", r.Job)
+	}
+	if st, err := b.store.Stats(); err != nil || st.Events != 0 {
+		t.Errorf("node b stored %d events (err %v), want none: the job must not run again", st.Events, err)
+	}
+	stream, err := js.Stream(ctx, subjects.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := stream.Info(ctx)
+		if err == nil && info.State.Msgs == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the failed job stays queued: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func TestDuplicateRunsOnce(t *testing.T) {

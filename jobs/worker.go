@@ -111,10 +111,11 @@ func (o *WorkerOptions) Validate() error {
 // Worker takes jobs from the shared queue and crawls them into its node's
 // store.
 type Worker struct {
-	opts WorkerOptions
-	log  *zap.Logger
-	nc   *nats.Conn
-	kv   jetstream.KeyValue
+	opts   WorkerOptions
+	log    *zap.Logger
+	nc     *nats.Conn
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
 
 	mu      sync.Mutex
 	running map[string]time.Time // job id -> start
@@ -139,11 +140,11 @@ func New(opts WorkerOptions) (*Worker, error) {
 // started has stopped (jobs cut short are handed back to the queue).
 func (w *Worker) Run(ctx context.Context) error {
 	s := w.opts.Subjects
-	_, kv, err := EnsureStream(ctx, w.opts.JS, s)
+	stream, kv, err := EnsureStream(ctx, w.opts.JS, s)
 	if err != nil {
 		return err
 	}
-	w.kv = kv
+	w.stream, w.kv = stream, kv
 	cons, err := w.opts.JS.CreateOrUpdateConsumer(ctx, s.Stream, jetstream.ConsumerConfig{
 		Durable:     s.Consumer(),
 		Description: "archiver workers",
@@ -159,6 +160,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer svc.Stop()
+	stopLost, err := w.watchLostLeases(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopLost()
 
 	sem := make(chan struct{}, w.opts.MaxConcurrent)
 	var wg sync.WaitGroup
