@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -535,18 +534,4 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 			c.unknown[m.Message]++
 		}
 	}
-}
-
-// filterJSON renders a REQ filter.
-type filterJSON struct {
-	Kinds   []int    `json:"kinds,omitempty"`
-	Authors []string `json:"authors,omitempty"`
-	Since   *int64   `json:"since,omitempty"`
-	Until   *int64   `json:"until,omitempty"`
-	Limit   int      `json:"limit,omitempty"`
-}
-
-func (f filterJSON) bytes() []byte {
-	b, _ := json.Marshal(f)
-	return b
 }

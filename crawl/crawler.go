@@ -32,6 +32,10 @@ type Options struct {
 	// job extend it to the new "now".
 	Since, Until int64
 	Kinds        []int // optional job filter
+	// Authors, optional too, are lowercase hex pubkeys, at most
+	// MaxAuthors (a REQ names them all). A crawl's cursors belong to its
+	// range and filter: another filter over the same range starts afresh.
+	Authors []string
 
 	PageLimit          int // REQ limit; default: NIP-11 max_limit, else 500
 	MaxPageLimit       int // ceiling on PageLimit; default 5000
@@ -151,8 +155,36 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("crawl: max frame %d < 1 KiB", o.MaxFrame)
 	case o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
 		return fmt.Errorf("crawl: backoff [%v,%v] is not a range", o.BackoffMin, o.BackoffMax)
+	case len(o.Authors) > MaxAuthors:
+		return fmt.Errorf("crawl: %d authors, more than %d", len(o.Authors), MaxAuthors)
+	}
+	for _, k := range o.Kinds {
+		if k < 0 || k > 65535 {
+			return fmt.Errorf("crawl: kind %d outside [0,65535]", k)
+		}
+	}
+	for _, a := range o.Authors {
+		if !isPubKeyHex(a) {
+			return fmt.Errorf("crawl: author %q: want 64 lowercase hex digits", a)
+		}
 	}
 	return nil
+}
+
+// MaxAuthors bounds a crawl's author filter: 1000 pubkeys make a 66 KB
+// REQ, half of strfry's default maximum message.
+const MaxAuthors = 1000
+
+func isPubKeyHex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Crawler archives relays.

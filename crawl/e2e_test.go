@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
@@ -384,4 +386,54 @@ func TestCountRetried(t *testing.T) {
 	if rec.Refusals["notice"] == 0 {
 		t.Errorf("the COUNT notices were not recorded: %+v", rec.Refusals)
 	}
+}
+
+// A crawl with a filter keeps cursors of its own: a later crawl of the
+// same relay and range with another filter (here none) starts from
+// scratch instead of finding the filtered job done. And the filter is
+// applied: the filtered crawl stores exactly the matching events.
+func TestFilteredCrawlsKeepTheirOwnCursors(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 3000, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{}, f.Items)
+	a := openArchive(t)
+	authors := f.Authors[:3]
+	want := map[[32]byte]bool{}
+	for _, v := range f.Valid {
+		e, err := event.Parse(v.Line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Kind == 1 && slices.Contains(authors, hex.EncodeToString(e.PubKey[:])) {
+			want[e.ID] = true
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("the fixture has no kind-1 events of the chosen authors")
+	}
+	filtered := crawl.Options{Since: f.Since, Until: f.Until, Kinds: []int{1}, Authors: authors, PageLimit: 100}
+	if res := a.crawl(t, filtered, relay.URL()); !res[0].Drained() {
+		t.Fatalf("filtered crawl: %v", res[0])
+	}
+	a.verify(t)
+	got := a.exported(t)
+	for id := range want {
+		if !got[id] {
+			t.Errorf("filtered crawl missed %x", id)
+		}
+	}
+	for id := range got {
+		if !want[id] {
+			t.Errorf("filtered crawl stored %x, which the filter excludes", id)
+		}
+	}
+
+	if res := a.crawl(t, crawl.Options{Since: f.Since, Until: f.Until, PageLimit: 100}, relay.URL()); !res[0].Drained() {
+		t.Fatalf("unfiltered crawl: %v", res[0])
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
 }

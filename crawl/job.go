@@ -47,7 +47,7 @@ func (r *relayCrawl) loadJob(ctx context.Context) (*jobState, []shard.Shard, err
 	if o.Until != 0 {
 		spec = strconv.FormatInt(o.Until, 10)
 	}
-	j := &jobState{key: fmt.Sprintf("job/%d/%s", o.Since, spec)}
+	j := &jobState{key: fmt.Sprintf("job/%d/%s", o.Since, spec) + o.filterKey()}
 	raw, err := o.Store.Shard(r.idx, j.key)
 	if err != nil {
 		return nil, nil, err
@@ -242,7 +242,7 @@ func (r *relayCrawl) probe(ctx context.Context, parts [][2]int64) ([]int64, bool
 				failed[i] = true
 				return
 			}
-			page, err := pc.c.Req(ctx, filterJSON{Kinds: r.c.opts.Kinds, Since: &sl[0], Until: &sl[1], Limit: 1}.bytes(), 1, r.c.opts.PageTimeout)
+			page, err := pc.c.Req(ctx, r.c.opts.jobFilter(&sl[0], &sl[1], 1).bytes(), 1, r.c.opts.PageTimeout)
 			r.conns.release(pc)
 			if failed[i] = err != nil || page.End != EndEOSE; failed[i] {
 				return

@@ -299,10 +299,14 @@ func (r *relayCrawl) substantial(n int) bool {
 }
 
 // filter renders a REQ filter for [since, until] with the job's kinds
-// (or the given ones) and optional authors.
+// and authors, or the given ones (a wall's split narrows them).
 func (r *relayCrawl) filter(since, until int64, kinds []int, authors []string) []byte {
-	if kinds == nil {
-		kinds = r.c.opts.Kinds
+	f := r.c.opts.jobFilter(&since, &until, r.limit)
+	if kinds != nil {
+		f.Kinds = kinds
 	}
-	return filterJSON{Kinds: kinds, Authors: authors, Since: &since, Until: &until, Limit: r.limit}.bytes()
+	if authors != nil {
+		f.Authors = authors
+	}
+	return f.bytes()
 }

@@ -59,7 +59,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		}
 		rm.conns.Inc()
 		since := max(opts.Since, hwm-int64(opts.Overlap/time.Second))
-		f := filterJSON{Kinds: c.opts.Kinds, Since: &since}.bytes()
+		f := c.opts.jobFilter(&since, nil, 0).bytes()
 		log.Info("tail subscribed", zap.Int64("since", since))
 		// The stored events before EOSE come newest first: if the
 		// connection drops among them, the older ones have not come yet,

@@ -130,7 +130,7 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (boo
 // the relay gave no count (it refused COUNT, or kept failing), and the
 // caller does without. A failed COUNT never ends the crawl.
 func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int64, ok bool) {
-	f := filterJSON{Kinds: r.c.opts.Kinds, Since: &since, Until: &until}.bytes()
+	f := r.c.opts.jobFilter(&since, &until, 0).bytes()
 	for failures := 0; ; {
 		pc, err := r.conns.acquire(ctx)
 		if err != nil {

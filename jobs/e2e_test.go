@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nostr-archiver/archiver/config"
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
@@ -456,18 +457,31 @@ func TestInvalidJobsTerminated(t *testing.T) {
 		{"unknown", "", `{"id":"unknown","relays":["r.example"],"relys":[]}`, `unknown field "relys"`},
 		{"private", "private", `{"id":"private","relays":["` + relay.URL() + `"]}`, "private target"},
 		{"bad-url", "bad-url", `{"id":"bad-url","relays":["ftp://r.example"]}`, "not ws or wss"},
-		{"authors", "authors", `{"id":"authors","relays":["` + good + `"],"filter":{"authors":["` + strings.Repeat("0", 64) + `"]}}`, "authors filter"},
+		{"authors", "authors", `{"id":"authors","relays":["` + good + `"],"filter":{"authors":["` + strings.Repeat("A", 64) + `"]}}`, "want 64 lowercase hex"},
 	}
 	for _, b := range bad {
 		publish(b.msgID, b.body)
 	}
 	publish("", `not json at all`) // no id anywhere: recorded as invalid-<seq>
-	okJob := &Job{ID: "ok", Relays: []string{good}, Filter: Filter{Since: f.Since, Until: f.Until}, Mode: ModeBackfill}
-	if _, err := Submit(ctx, js, subjects, okJob); err != nil {
-		t.Fatal(err)
+	// The worker survives them all and runs the good jobs after, in
+	// order: one author's events, then the rest.
+	author, byAuthor := f.Authors[0], int64(0)
+	for _, v := range f.Valid {
+		if e, err := event.Parse(v.Line); err == nil && hex.EncodeToString(e.PubKey[:]) == author {
+			byAuthor++
+		}
 	}
-	// The worker survives them all and runs the good job after.
-	if r, err := Wait(ctx, js, subjects, "ok", 50*time.Millisecond); err != nil || r.Job.Events != int64(len(f.Valid)) {
+	good1 := &Job{ID: "by-author", Relays: []string{good}, Filter: Filter{Since: f.Since, Until: f.Until, Authors: []string{author}}, Mode: ModeBackfill}
+	okJob := &Job{ID: "ok", Relays: []string{good}, Filter: Filter{Since: f.Since, Until: f.Until}, Mode: ModeBackfill}
+	for _, j := range []*Job{good1, okJob} {
+		if _, err := Submit(ctx, js, subjects, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := Wait(ctx, js, subjects, "by-author", 50*time.Millisecond); err != nil || byAuthor == 0 || r.Job.Events != byAuthor {
+		t.Fatalf("job of one author (%d events): %+v, %v", byAuthor, r, err)
+	}
+	if r, err := Wait(ctx, js, subjects, "ok", 50*time.Millisecond); err != nil || r.Job.Events != int64(len(f.Valid))-byAuthor {
 		t.Fatalf("good job after bad ones: %+v, %v", r, err)
 	}
 	for _, b := range bad {

@@ -235,9 +235,6 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		j.Resolve = w.opts.Resolve
 		err = j.Validate(w.opts.AllowPrivate)
 	}
-	if err == nil && len(j.Filter.Authors) > 0 {
-		err = fmt.Errorf("%w: authors filter: the crawler cannot filter by author yet", ErrInvalidJob)
-	}
 	if err != nil {
 		w.refuse(ctx, msg, j, seq, err)
 		return
@@ -429,7 +426,7 @@ func (w *Worker) crawl(ctx context.Context, j *Job, urls []string, log *zap.Logg
 	opts := w.opts.CrawlOptions(j)
 	opts.Store = w.opts.Store
 	opts.Since, opts.Until = j.crawlRange()
-	opts.Kinds = j.Filter.Kinds
+	opts.Kinds, opts.Authors = j.Filter.Kinds, j.Filter.Authors
 	if opts.Logger == nil {
 		opts.Logger = log
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -31,6 +32,7 @@ func runCrawl(args []string) int {
 		shards   = fs.Int("shards", 32, "initial created_at shards of a relay's job (idle workers split the largest)")
 		workers  = fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
+		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", 15*time.Second, "give up on a page after this long without a frame")
 	)
 	c.register(fs)
@@ -61,6 +63,9 @@ func runCrawl(args []string) int {
 	}
 	if opts.Kinds, err = parseKinds(*kinds); err != nil {
 		return usageError("--kinds", err)
+	}
+	if opts.Authors, err = parseAuthors(*authors); err != nil {
+		return usageError("--authors", err)
 	}
 	log, err := c.logger()
 	if err != nil {
@@ -156,6 +161,24 @@ func parseKinds(s string) ([]int, error) {
 			return nil, fmt.Errorf("kind %q is not an integer in [0,65535]", f)
 		}
 		out = append(out, k)
+	}
+	return out, nil
+}
+
+func parseAuthors(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		a := strings.ToLower(strings.TrimSpace(f))
+		if b, err := hex.DecodeString(a); err != nil || len(b) != 32 {
+			return nil, fmt.Errorf("author %q is not a 64-digit hex pubkey", f)
+		}
+		out = append(out, a)
+	}
+	if len(out) > crawl.MaxAuthors {
+		return nil, fmt.Errorf("%d authors, more than %d", len(out), crawl.MaxAuthors)
 	}
 	return out, nil
 }

@@ -218,7 +218,7 @@ func TestCommands(t *testing.T) {
 	}
 
 	// Unknown flags and commands are usage errors (exit 2).
-	for _, args := range [][]string{{"crawl", "--bogus", r.URL()}, {"frobnicate"}, {"crawl"}, {"crawl", "--since", "yesterday-ish", r.URL()}} {
+	for _, args := range [][]string{{"crawl", "--bogus", r.URL()}, {"frobnicate"}, {"crawl"}, {"crawl", "--since", "yesterday-ish", r.URL()}, {"crawl", "--authors", "npub1xyz", r.URL()}} {
 		err := archiver(args...).Run()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 			t.Errorf("archiver %v: %v, want exit 2", args, err)

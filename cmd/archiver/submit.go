@@ -53,6 +53,7 @@ func runSubmit(args []string) int {
 		mode     = fs.String("mode", jobs.ModeBackfill, "backfill or live")
 		priority = fs.Int("priority", jobs.DefaultPriority, "0 (lowest) to 9")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
+		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated")
 		since    = fs.String("since", "", "oldest created_at (unix seconds, RFC 3339, YYYY-MM-DD, or a duration ago)")
 		until    = fs.String("until", "", "newest created_at")
 		wait     = fs.Bool("wait", false, "block until the job is done; exit 0 only if every part drained")
@@ -76,6 +77,9 @@ func runSubmit(args []string) int {
 	}
 	if j.Filter.Kinds, err = parseKinds(*kinds); err != nil {
 		return usageError("--kinds", err)
+	}
+	if j.Filter.Authors, err = parseAuthors(*authors); err != nil {
+		return usageError("--authors", err)
 	}
 	// The same checks a worker makes, but private targets are the
 	// worker's call (its configuration may allow them).

@@ -1,0 +1,42 @@
+package crawl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// filterJSON renders a REQ filter.
+type filterJSON struct {
+	Kinds   []int    `json:"kinds,omitempty"`
+	Authors []string `json:"authors,omitempty"`
+	Since   *int64   `json:"since,omitempty"`
+	Until   *int64   `json:"until,omitempty"`
+	Limit   int      `json:"limit,omitempty"`
+}
+
+func (f filterJSON) bytes() []byte {
+	b, _ := json.Marshal(f)
+	return b
+}
+
+// jobFilter is the job's filter (kinds, authors) over since..until.
+func (o *Options) jobFilter(since, until *int64, limit int) filterJSON {
+	return filterJSON{Kinds: o.Kinds, Authors: o.Authors, Since: since, Until: until, Limit: limit}
+}
+
+// filterKey tells the job's filter apart in its cursor keys: "" without
+// one (the keys of archives made before filters had keys), else a hash of
+// its sorted kinds and authors.
+func (o *Options) filterKey() string {
+	if len(o.Kinds) == 0 && len(o.Authors) == 0 {
+		return ""
+	}
+	kinds := slices.Compact(slices.Sorted(slices.Values(o.Kinds)))
+	authors := slices.Compact(slices.Sorted(slices.Values(o.Authors)))
+	h := sha256.New()
+	fmt.Fprintf(h, "kinds %v authors %v", kinds, authors)
+	return "/f" + hex.EncodeToString(h.Sum(nil)[:8])
+}
