@@ -45,7 +45,8 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			}
 			return true
 		}
-		page, pc, err := r.fetch(ctx, r.filter(s.Since, s.Cursor, nil, nil))
+		asked := s.Since // a steal may raise s.Since while the page is in flight
+		page, pc, err := r.fetch(ctx, r.filter(asked, s.Cursor, nil, nil))
 		if !settle() {
 			return false
 		}
@@ -61,7 +62,7 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			continue
 		}
 		failures, slowdowns = 0, 0
-		next, commit, err := r.advance(ctx, pc, s, page)
+		next, commit, err := r.advance(ctx, pc, s, asked, page)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.fail(FinishGaveUp, fmt.Sprintf("shard %s: %v", s.ID, err))
@@ -205,17 +206,22 @@ func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
 	return append(page.Malformed, pc.c.TakeOrphans()...)
 }
 
-// advance moves s's cursor past page and commits both: it returns the
-// shard as it will stand and the commit, still running.
-func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, page *Page) (shard.Shard, *pageCommit, error) {
+// advance moves s's cursor past page, asked for [asked, s.Cursor], and
+// commits both: it returns the shard as it will stand and the commit,
+// still running.
+func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *Page) (shard.Shard, *pageCommit, error) {
 	var n, newer, older int
 	oldest := s.Cursor + 1
 	for _, it := range page.Items {
 		switch {
 		case it.CreatedAt > s.Cursor:
 			newer++
-		case it.CreatedAt < s.Since:
+		case it.CreatedAt < asked:
 			older++
+		case it.CreatedAt < s.Since:
+			// Asked for, but a steal gave that part of the shard to
+			// another worker meanwhile: stored all the same, not the
+			// relay's fault, and no part of what is left of s.
 		default:
 			n++
 			oldest = min(oldest, it.CreatedAt)
