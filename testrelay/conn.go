@@ -234,10 +234,15 @@ func (c *conn) serve(j job) error {
 	buf = append(buf, `["EOSE",`...)
 	buf = append(buf, j.subJSON...)
 	buf = append(buf, ']')
+	// Counted before the EOSE goes out, so that a client that has seen it
+	// reads stats that include its page.
+	c.r.st.events.Add(int64(sent))
+	sent = 0
+	c.r.st.pages.Add(1)
 	if err := c.write(buf); err != nil {
+		c.r.st.pages.Add(-1)
 		return err
 	}
-	c.r.st.pages.Add(1)
 	return nil
 }
 
