@@ -164,7 +164,7 @@ func (o *Options) Validate() error {
 		}
 	}
 	for _, a := range o.Authors {
-		if !isPubKeyHex(a) {
+		if !ValidAuthor(a) {
 			return fmt.Errorf("crawl: author %q: want 64 lowercase hex digits", a)
 		}
 	}
@@ -175,7 +175,9 @@ func (o *Options) Validate() error {
 // REQ, half of strfry's default maximum message.
 const MaxAuthors = 1000
 
-func isPubKeyHex(s string) bool {
+// ValidAuthor reports whether s names an author as filters do: a pubkey
+// in 64 lowercase hex digits.
+func ValidAuthor(s string) bool {
 	if len(s) != 64 {
 		return false
 	}

@@ -74,9 +74,8 @@ type Range struct {
 }
 
 var (
-	idRe     = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-	shardRe  = regexp.MustCompile(`^/s[0-9]{1,4}$`)
-	authorRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	idRe    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	shardRe = regexp.MustCompile(`^/s[0-9]{1,4}$`)
 )
 
 // ValidID reports whether id may name a submitted job. Dots may not lead,
@@ -155,7 +154,7 @@ func (j *Job) check() error {
 		}
 	}
 	for _, a := range j.Filter.Authors {
-		if !authorRe.MatchString(a) {
+		if !crawl.ValidAuthor(a) {
 			bad("author %q: want 64 lowercase hex", a)
 		}
 	}

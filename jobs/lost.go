@@ -89,9 +89,11 @@ func (w *Worker) lostLease(ctx context.Context, data []byte) {
 	switch {
 	case err == nil:
 		rev = e.Revision()
-		if err := json.Unmarshal(e.Value(), st); err != nil {
+		var prev Status
+		if err := json.Unmarshal(e.Value(), &prev); err != nil {
 			log.Warn("unreadable status, overwriting", zap.Error(err))
-			st = &Status{ID: j.ID, Parent: j.Parent}
+		} else {
+			st = &prev
 		}
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		log.Warn("read status of a job out of deliveries", zap.Error(err))

@@ -268,7 +268,7 @@ func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {
 }
 
 // judge fills verdicts[i] for items[i]. The workers take chunks of
-// judgeChunk items in turn until none is left, so one descheduled worker
+// JudgeChunk items in turn until none is left, so one descheduled worker
 // (the store's reader and compactions share the cores) does not leave the
 // others idle at the end of the batch. With load, each worker first reads
 // its items' bytes (random reads cost as much as a parse, so they spread
@@ -277,16 +277,16 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 	errs := make([]error, len(p.judges))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < len(p.judges) && w*judgeChunk < len(items); w++ {
+	for w := 0; w < len(p.judges) && w*JudgeChunk < len(items); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				lo := int(next.Add(judgeChunk)) - judgeChunk
+				lo := int(next.Add(JudgeChunk)) - JudgeChunk
 				if lo >= len(items) {
 					return
 				}
-				hi := min(lo+judgeChunk, len(items))
+				hi := min(lo+JudgeChunk, len(items))
 				if load {
 					for i := lo; i < hi; i++ {
 						if err := p.opts.Store.Load(&items[i]); err != nil {
@@ -306,9 +306,9 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 	return nil
 }
 
-// judgeChunk is what a worker takes at a time: two of bip340's 64-signature
+// JudgeChunk is what a worker takes at a time: two of bip340's 64-signature
 // batch checks.
-const judgeChunk = 128
+const JudgeChunk = 128
 
 // A Judge decides copies the way each pool worker does, without a store:
 // for tools that check events outside an archive, and to measure the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -172,7 +171,7 @@ func parseAuthors(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		a := strings.ToLower(strings.TrimSpace(f))
-		if b, err := hex.DecodeString(a); err != nil || len(b) != 32 {
+		if !crawl.ValidAuthor(a) {
 			return nil, fmt.Errorf("author %q is not a 64-digit hex pubkey", f)
 		}
 		out = append(out, a)

@@ -84,16 +84,16 @@ func verifyBaseline(evs []*event.Event) (verifyResult, error) {
 
 // verifyJudge judges the same events from their raw bytes as one verify
 // worker does (parse, recompute the id, batch-verify with a fresh key
-// cache), judgeChunk at a time: the verifier's own per-core speed,
+// cache), a pool worker's chunk at a time: the verifier's own per-core speed,
 // without the store's reads and writes that (d) includes.
 func verifyJudge(raws [][]byte, evs []*event.Event) (verifyResult, error) {
-	const judgeChunk = 128 // what a pool worker takes at a time
+	const chunk = lazyparse.JudgeChunk
 	j := lazyparse.NewJudge(lazyparse.DefaultVerifiers()())
-	items := make([]rawstore.Pending, judgeChunk)
-	vs := make([]rawstore.Verdict, judgeChunk)
+	items := make([]rawstore.Pending, chunk)
+	vs := make([]rawstore.Verdict, chunk)
 	return onOneThread(len(raws), func() error {
-		for lo := 0; lo < len(raws); lo += judgeChunk {
-			k := min(judgeChunk, len(raws)-lo)
+		for lo := 0; lo < len(raws); lo += chunk {
+			k := min(chunk, len(raws)-lo)
 			for i := range k {
 				items[i] = rawstore.Pending{ID: evs[lo+i].ID, Raw: raws[lo+i]}
 			}
