@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,4 +438,36 @@ func TestFilteredCrawlsKeepTheirOwnCursors(t *testing.T) {
 	}
 	a.verify(t)
 	assertExactValidSet(t, a, f)
+}
+
+// A relay nobody can connect to ends the crawl as unreachable after the
+// first connection's MaxAttempts dials, however many probes and shards
+// wait for a connection meanwhile: they wait for that dial, not dial too.
+func TestUnreachableRelay(t *testing.T) {
+	checkLeaks(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepts atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			c.Close() // no WebSocket handshake: every dial fails
+		}
+	}()
+	defer ln.Close()
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{MaxAttempts: 3, Shards: 16}, "ws://"+ln.Addr().String())
+	if res[0].Finish != crawl.FinishUnreachable {
+		t.Fatalf("result %v, want %s", res[0], crawl.FinishUnreachable)
+	}
+	// One for the NIP-11 document, then MaxAttempts dials.
+	if n := accepts.Load(); n != 1+3 {
+		t.Fatalf("%d connections accepted, want 1 NIP-11 request + MaxAttempts = 3 dials", n)
+	}
 }

@@ -21,7 +21,10 @@ type connPool struct {
 	mu      chan struct{} // a lock that waiters can select on with ctx
 	conns   []*poolConn
 	dialing int
-	changed chan struct{} // closed and replaced when a slot frees
+	changed chan struct{} // closed and replaced when a slot frees or a dial ends
+	// down is the first connection's failure after MaxAttempts dials: the
+	// relay is unreachable, and every later acquire says so at once.
+	down    error
 	unknown map[string]int
 }
 
@@ -44,11 +47,17 @@ func (p *connPool) acquire(ctx context.Context) (*poolConn, error) {
 	return p.acquireWithin(ctx, p.r.target)
 }
 
-// acquireWithin is acquire with the target given by limits.
+// acquireWithin is acquire with the target given by limits. Until a
+// connection is open, one caller dials and the others wait for its
+// outcome: they would only fail alongside it.
 func (p *connPool) acquireWithin(ctx context.Context, limits func() (conns, inflight int)) (*poolConn, error) {
 	for {
 		maxConns, maxInflight := limits()
 		p.lock()
+		if p.down != nil {
+			p.unlock()
+			return nil, p.down
+		}
 		p.reap()
 		var best *poolConn
 		for _, pc := range p.conns {
@@ -61,14 +70,18 @@ func (p *connPool) acquireWithin(ctx context.Context, limits func() (conns, infl
 			p.unlock()
 			return best, nil
 		}
-		if n := len(p.conns) + p.dialing; n < maxConns || n == 0 {
+		if n := len(p.conns) + p.dialing; n == 0 || len(p.conns) > 0 && n < maxConns {
 			first := n == 0
 			p.dialing++
 			p.unlock()
 			c, err := p.dial(ctx, first)
 			p.lock()
 			p.dialing--
+			p.signal()
 			if err != nil {
+				if errors.Is(err, errUnreachable) {
+					p.down = err
+				}
 				wait, have := p.changed, len(p.conns) > 0
 				p.unlock()
 				if (first && !have) || ctx.Err() != nil {
@@ -105,9 +118,14 @@ func (p *connPool) acquireWithin(ctx context.Context, limits func() (conns, infl
 func (p *connPool) release(pc *poolConn) {
 	p.lock()
 	pc.inflight--
+	p.signal()
+	p.unlock()
+}
+
+// signal wakes the waiters. Caller holds the lock.
+func (p *connPool) signal() {
 	close(p.changed)
 	p.changed = make(chan struct{})
-	p.unlock()
 }
 
 // reap forgets connections that went away. Caller holds the lock.
