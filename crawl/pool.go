@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 )
 
-var errUnreachable = errors.New("unreachable")
+var errUnreachable = errors.New("no connection")
 
 // connPool holds one relay's connections and hands out in-flight slots on
 // them: the least loaded connection with a free slot, or a new connection
@@ -155,6 +155,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 		attempts = 1
 	}
 	var last error
+	tried := 0
 	for attempt := 0; attempt < attempts; attempt++ {
 		if attempt > 0 {
 			if p.open() > 0 {
@@ -165,6 +166,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 				return nil, err
 			}
 		}
+		tried++
 		c, err := Dial(ctx, p.r.url, DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: 30 * time.Second})
 		if err == nil {
 			return c, nil
@@ -184,7 +186,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 		return nil, ctx.Err()
 	}
 	if first {
-		return nil, fmt.Errorf("%w: %v", errUnreachable, last)
+		return nil, fmt.Errorf("%w after %d attempts: %v", errUnreachable, tried, last)
 	}
 	return nil, last
 }
