@@ -12,6 +12,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/nostr-archiver/archiver/crawl"
 )
 
 // Config is the whole file. The zero value is not useful: start from
@@ -186,18 +188,18 @@ func (c *Config) Apply(o Overrides) {
 // file lacks (a relay) and every error is reported once.
 func Load(path string, o Overrides) (*Config, error) {
 	c := Defaults()
-	var unknown []error
+	var bad []error
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
-		if unknown, err = c.decode(data); err != nil {
+		if bad, err = c.decode(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	c.Apply(o)
-	if err := c.finish(unknown); err != nil {
+	if err := c.finish(bad); err != nil {
 		src := path
 		if src == "" {
 			src = "command line"
@@ -210,11 +212,11 @@ func Load(path string, o Overrides) (*Config, error) {
 // Parse decodes a file's contents over the defaults and validates them.
 func Parse(data []byte) (*Config, error) {
 	c := Defaults()
-	unknown, err := c.decode(data)
+	bad, err := c.decode(data)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.finish(unknown); err != nil {
+	if err := c.finish(bad); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -224,126 +226,140 @@ func Parse(data []byte) (*Config, error) {
 // or a key of a newer version), wrapped in a *FieldError naming it.
 var ErrUnknownKey = errors.New("unknown key")
 
-// decode decodes data over c. A TOML syntax or type error is returned as
-// err; keys that are not ours come back as FieldErrors, to be reported
-// with the validation problems.
-func (c *Config) decode(data []byte) (unknown []error, err error) {
-	// Preset [nats] so that its defaults survive decoding, and drop it
-	// again if the file has no such section.
-	if c.NATS == nil {
-		n := DefaultNATS()
-		c.NATS = &n
-	}
-	md, err := toml.Decode(string(data), c)
+// decode decodes data over c. Only a TOML syntax error is returned as err
+// (nothing after it can be read). The file is first read loosely, every
+// value kept undecoded, and then each key is decoded on its own, so that
+// a value of the wrong type and a key that is not ours come back as
+// FieldErrors (all of them, not the first), to be reported with the
+// validation problems. A key not set keeps its default; a key that fails
+// to decode keeps it too.
+func (c *Config) decode(data []byte) (bad []error, err error) {
+	var top map[string]toml.Primitive
+	md, err := toml.Decode(string(data), &top)
 	if err != nil {
 		return nil, err
 	}
-	if !md.IsDefined("nats") {
-		c.NATS = nil
-	}
+	d := decoder{md: md}
+	d.table("", top, reflect.ValueOf(c).Elem())
+	return d.errs, nil
+}
 
-	// The decoder makes each [[relay]] from a zero Relay, and MetaData
-	// cannot tell which element of an array of tables set a key. So read
-	// the relays once more as plain tables: which keys each one set, to
-	// default the others and to name unknown keys by index.
-	var raw struct {
-		Relay []map[string]any `toml:"relay"`
-	}
-	if _, err := toml.Decode(string(data), &raw); err != nil {
-		return nil, err
-	}
-	if len(raw.Relay) == len(c.Relays) { // else a relay table's name differs in case: reported below
-		def := DefaultRelay()
-		for i, set := range raw.Relay {
-			r := &c.Relays[i]
-			if _, ok := set["live"]; !ok {
-				r.Live = def.Live
-			}
-			if _, ok := set["catchup_interval"]; !ok {
-				r.CatchupInterval = def.CatchupInterval
-			}
-			if _, ok := set["tail_overlap"]; !ok {
-				r.TailOverlap = def.TailOverlap
-			}
-		}
-	}
+// decoder decodes one file's values key by key, collecting FieldErrors.
+type decoder struct {
+	md   toml.MetaData
+	errs []error
+}
 
-	// md.Undecoded is not enough: the toml package falls back to matching
-	// struct fields regardless of case, so "Data_Dir" would decode. A key
-	// is known only if it is spelled as a toml tag spells it.
-	seen := map[string]bool{}
-	bad := map[string]bool{} // unknown keys as written, to skip their children
-outer:
-	for _, k := range md.Keys() {
-		if knownKeys[k.String()] {
+func (d *decoder) fail(key string, err error) {
+	d.errs = append(d.errs, &FieldError{Key: key, Err: err})
+}
+
+// table decodes the keys of one TOML table into the struct v. A key is
+// known only if it is spelled exactly as a toml tag spells it (the toml
+// package would match "Data_Dir" to data_dir regardless of case).
+func (d *decoder) table(prefix string, m map[string]toml.Primitive, v reflect.Value) {
+	fields := map[string]reflect.Value{}
+	for i := 0; i < v.NumField(); i++ {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+		fields[name] = v.Field(i)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		f, ok := fields[k]
+		if !ok {
+			d.fail(prefix+k, ErrUnknownKey)
 			continue
 		}
-		for j := 1; j < len(k); j++ {
-			if bad[k[:j].String()] {
-				continue outer
-			}
-		}
-		bad[k.String()] = true
-		for _, name := range keyNames(k, raw.Relay) {
-			if !seen[name] {
-				seen[name] = true
-				unknown = append(unknown, &FieldError{Key: name, Err: ErrUnknownKey})
-			}
-		}
+		d.value(prefix+k, m[k], f)
 	}
-	return unknown, nil
 }
 
-// knownKeys holds every key path of the file ("limits", "relay.url"), from
-// the toml tags of Config.
-var knownKeys = func() map[string]bool {
-	known := map[string]bool{}
-	var walk func(prefix string, t reflect.Type)
-	walk = func(prefix string, t reflect.Type) {
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-			known[prefix+name] = true
-			ft := f.Type
-			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				walk(prefix+name+".", ft)
-			}
+// value decodes p into the field f: a section ([limits], [nats]) and each
+// [[relay]] table start from their defaults and are decoded key by key.
+func (d *decoder) value(key string, p toml.Primitive, f reflect.Value) {
+	switch {
+	case f.Type() == reflect.TypeFor[Limits]():
+		d.section(key, p, f)
+	case f.Type() == reflect.TypeFor[*NATS]():
+		n := DefaultNATS()
+		if d.section(key, p, reflect.ValueOf(&n).Elem()) {
+			f.Set(reflect.ValueOf(&n))
 		}
-	}
-	walk("", reflect.TypeFor[Config]())
-	return known
-}()
-
-// keyNames names an unknown key as Validate names keys: a key inside
-// [[relay]] once per relay that has it, "relay[1].bogus".
-func keyNames(k toml.Key, relays []map[string]any) []string {
-	if len(k) < 2 || k[0] != "relay" {
-		return []string{k.String()}
-	}
-	rest := toml.Key(k[1:]).String()
-	var names []string
-	for i, set := range relays {
-		if _, ok := set[k[1]]; ok {
-			names = append(names, fmt.Sprintf("relay[%d].%s", i, rest))
+	case f.Type() == reflect.TypeFor[[]Relay]():
+		var tables []map[string]toml.Primitive
+		if err := d.md.PrimitiveDecode(p, &tables); err != nil {
+			d.fail(key, errors.New("want [[relay]] tables"))
+			return
 		}
+		relays := make([]Relay, len(tables))
+		for i, t := range tables {
+			relays[i] = DefaultRelay()
+			d.table(fmt.Sprintf("%s[%d].", key, i), t, reflect.ValueOf(&relays[i]).Elem())
+		}
+		f.Set(reflect.ValueOf(relays))
+	default:
+		// Into a fresh value: a failed decode leaves the default alone.
+		x := reflect.New(f.Type())
+		if err := d.md.PrimitiveDecode(p, x.Interface()); err != nil {
+			d.fail(key, decodeError(err))
+			return
+		}
+		f.Set(x.Elem())
 	}
-	if names == nil {
-		return []string{k.String()}
-	}
-	return names
 }
 
-// finish validates c, reporting the unknown keys found by decode with the
-// other problems, and normalizes the relay URLs of a valid c.
-func (c *Config) finish(unknown []error) error {
-	if err := errors.Join(slices.Concat(unknown, c.problems())...); err != nil {
+// section decodes a [table] into the struct v and reports whether p was
+// a table.
+func (d *decoder) section(key string, p toml.Primitive, v reflect.Value) bool {
+	// The toml package decodes a non-table into a map without an error:
+	// look first.
+	var loose any
+	_ = d.md.PrimitiveDecode(p, &loose)
+	var m map[string]toml.Primitive
+	if _, ok := loose.(map[string]any); !ok || d.md.PrimitiveDecode(p, &m) != nil {
+		d.fail(key, fmt.Errorf("want a [%s] table", key))
+		return false
+	}
+	d.table(key+".", m, v)
+	return true
+}
+
+// decodeError is the toml package's error in one sentence, without its
+// "toml: " prefix and the key it would repeat.
+func decodeError(err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		err = errors.New(pe.Message)
+	}
+	msg := strings.TrimPrefix(err.Error(), "toml: ")
+	if _, after, ok := strings.Cut(msg, "): "); ok && strings.HasPrefix(msg, "incorrect type") {
+		msg = after
+	}
+	return errors.New(msg)
+}
+
+// finish validates c, reporting the FieldErrors found by decode with the
+// other problems (a key that did not decode is not judged again on the
+// default it kept), and normalizes the relay URLs of a valid c.
+func (c *Config) finish(bad []error) error {
+	failed := map[string]bool{}
+	for _, err := range bad {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			failed[fe.Key] = true
+		}
+	}
+	all := bad
+	for _, err := range c.problems() {
+		var fe *FieldError
+		if !errors.As(err, &fe) || !failed[fe.Key] {
+			all = append(all, err)
+		}
+	}
+	if err := errors.Join(all...); err != nil {
 		return err
 	}
 	for i := range c.Relays {
-		c.Relays[i].URL, _ = normalizeRelayURL(c.Relays[i].URL)
+		c.Relays[i].URL, _ = crawl.NormalizeURL(c.Relays[i].URL)
 	}
 	return nil
 }

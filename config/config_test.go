@@ -102,7 +102,8 @@ func TestParseFiles(t *testing.T) {
 // Messages name the key, quote the value and say what is wanted.
 func TestErrorMessages(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{"bad_values.toml", `relay[1].url: "ftp://x": scheme must be ws or wss`},
+		{"bad_values.toml", `relay[1].url: "ftp://x": scheme "ftp" is not ws or wss`},
+		{"bad_values.toml", `relay[2].url: "wss://relay.example.com:99999": port "99999" is not a number from 1 to 65535`},
 		{"bad_values.toml", `limits.max_frame_bytes: 1KiB: must be between 64KiB and 64MiB`},
 		{"bad_values.toml", `relay[3].kinds[1]: 70000: must be between 0 and 65535`},
 		{"unknown_keys.toml", `relay[1].lve: unknown key`},
@@ -210,28 +211,58 @@ func TestMinimal(t *testing.T) {
 	}
 }
 
-// Decoding errors stop at the first one and name the key and line.
+// A value of the wrong type is a FieldError naming its key, in one line.
 func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct{ name, toml, want string }{
-		{"integer duration", "[limits]\npage_timeout = 15", `"limits.page_timeout"`},
-		{"bad duration", "[limits]\nstop_timeout = \"soon\"", `"limits.stop_timeout"`},
-		{"bad size unit", "[limits]\nmax_frame_bytes = \"8 MB/s\"", `"limits.max_frame_bytes"`},
-		{"negative size", "[limits]\nmin_free_disk_bytes = -1", `"limits.min_free_disk_bytes"`},
+		{"integer duration", "[limits]\npage_timeout = 15", `limits.page_timeout: want a duration string such as "15s"`},
+		{"bad duration", "[limits]\nstop_timeout = \"soon\"", `limits.stop_timeout: time: invalid duration "soon"`},
+		{"bad size unit", "[limits]\nmax_frame_bytes = \"8 MB/s\"", `limits.max_frame_bytes: size "8 MB/s"`},
+		{"negative size", "[limits]\nmin_free_disk_bytes = -1", `limits.min_free_disk_bytes: size -1 is negative`},
 		{"size overflow", "[limits]\nmin_free_disk_bytes = \"99999999999TiB\"", "overflows"},
-		{"local datetime", "[[relay]]\nurl = \"x\"\nsince = 2024-01-01T00:00:00", "no UTC offset"},
-		{"relative time", "[[relay]]\nurl = \"x\"\nsince = \"30d\"", `"relay.since"`},
-		{"negative time", "[[relay]]\nurl = \"x\"\nsince = -5", "negative"},
+		{"local datetime", "[[relay]]\nurl = \"x\"\nsince = 2024-01-01T00:00:00", "relay[0].since: timestamp 2024-01-01T00:00:00 has no UTC offset"},
+		{"relative time", "[[relay]]\nurl = \"x\"\nsince = \"30d\"", `relay[0].since: timestamp "30d"`},
+		{"negative time", "[[relay]]\nurl = \"x\"\nsince = -5", "relay[0].since: timestamp -5 is negative"},
 		{"pre-1970 time", "[[relay]]\nurl = \"x\"\nsince = 1969-12-31T00:00:00Z", "before 1970"},
-		{"wrong type", "listen = 9477", "listen"},
-		{"relay as a table", "[relay]\nurl = \"x\"", "relay"},
+		{"wrong type", "listen = 9477", "listen: "},
+		{"int for string list", "[[relay]]\nurl = \"x\"\nauthors = 5", "relay[0].authors: "},
+		{"relay as a table", "[relay]\nurl = \"x\"", "relay: want [[relay]] tables"},
+		{"limits as a value", "limits = 5", "limits: want a [limits] table"},
 		{"syntax", "data_dir = ", "line 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.toml))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v does not mention %s", err, tc.want)
+			if err == nil || !slices.ContainsFunc(strings.Split(err.Error(), "\n"), func(l string) bool { return strings.Contains(l, tc.want) }) {
+				t.Errorf("error %v: no line with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every problem of a file comes out at once: wrong types, unknown keys and
+// invalid values together, each once, and a key that failed to decode is
+// not judged again on the default it kept.
+func TestAllErrorsAtOnce(t *testing.T) {
+	_, err := Parse([]byte(`
+listen = 9477
+log_level = "loud"
+bogus = true
+[limits]
+page_timeout = 15
+max_connections = "many"
+max_connections_per_relay = 0
+[[relay]]
+url = 5
+[[relay]]
+url = "ws://127.0.0.1:99999"
+since = "yesterday"
+kinds = [1, "x"]
+`))
+	want := []string{
+		"bogus", "limits.max_connections", "limits.max_connections_per_relay", "limits.page_timeout",
+		"listen", "log_level", "relay[0].url", "relay[1].kinds", "relay[1].since", "relay[1].url",
+	}
+	if got := fieldKeys(t, err); !slices.Equal(got, want) {
+		t.Errorf("error keys\n got %q\nwant %q\nerror:\n%v", got, want, err)
 	}
 }
 

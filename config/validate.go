@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/nostr-archiver/archiver/crawl"
 )
 
 // Validate checks every value of c and reports every problem at once, as
@@ -97,7 +99,12 @@ func (l *Limits) check(p *problems) {
 // before it to their index.
 func (r *Relay) check(p *problems, i int, seen map[string]int) {
 	key := func(name string) string { return fmt.Sprintf("relay[%d].%s", i, name) }
-	if u, err := normalizeRelayURL(r.URL); err != nil {
+	var bad *crawl.URLError
+	if r.URL == "" {
+		p.add(key("url"), nil, "must be set")
+	} else if u, err := crawl.NormalizeURL(r.URL); errors.As(err, &bad) {
+		p.add(key("url"), r.URL, "%s", bad.Reason)
+	} else if err != nil {
 		p.add(key("url"), r.URL, "%v", err)
 	} else if j, dup := seen[u]; dup {
 		p.add(key("url"), r.URL, "same relay as relay[%d]", j)
@@ -176,40 +183,6 @@ func (n *NATS) check(p *problems) {
 	if n.MaxConcurrentJobs < 1 {
 		p.add("nats.max_concurrent_jobs", n.MaxConcurrentJobs, "must be at least 1")
 	}
-}
-
-// normalizeRelayURL turns ws://, wss:// or a bare host (wss://) into the
-// relay's one name: lowercase scheme and host, no lone trailing slash, no
-// fragment. It matches crawl.NormalizeURL except that http(s) is refused:
-// a config file should say what it means.
-func normalizeRelayURL(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("must be set")
-	}
-	if !strings.Contains(s, "://") {
-		s = "wss://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", errors.Unwrap(err) // the *url.Error repeats the URL
-	}
-	if u.Scheme = strings.ToLower(u.Scheme); u.Scheme != "ws" && u.Scheme != "wss" {
-		return "", errors.New("scheme must be ws or wss")
-	}
-	if u.Host == "" || u.User != nil || u.Opaque != "" {
-		return "", errors.New("want [ws[s]://]host[:port][/path]")
-	}
-	if u.Port() != "" {
-		if err := checkPort(u.Port()); err != nil {
-			return "", err
-		}
-	}
-	u.Host = strings.ToLower(u.Host)
-	if u.Path == "/" {
-		u.Path = ""
-	}
-	u.Fragment = ""
-	return u.String(), nil
 }
 
 // checkNATSURL checks one server URL of nats.url and reports whether it
