@@ -53,7 +53,7 @@ type Limits struct {
 	MaxConnections int `toml:"max_connections"`
 	// MaxConnectionsPerRelay caps connections to one relay. Default 4.
 	MaxConnectionsPerRelay int `toml:"max_connections_per_relay"`
-	// MaxInflightPerConn caps REQs in flight on one connection. Default 4.
+	// MaxInflightPerConn caps REQs in flight on one connection. Default 8.
 	MaxInflightPerConn int `toml:"max_inflight_per_conn"`
 	// VerifyWorkers is the size of the verification pool; 0, the default,
 	// means one per CPU (see Workers).

@@ -1,25 +1,31 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/nostr-archiver/archiver/crawl"
+)
 
 // The defaults of every key, in one place. A key absent from the file
 // keeps the value given here; configs/README.md tables them (a test
-// checks that the table agrees).
+// checks that the table agrees). The crawl's limits come from
+// crawl.DefaultOptions, so that the daemon and `archiver crawl` agree.
 
 // Defaults returns the configuration of an empty file: no relays and no
 // [nats] section (so it does not validate until a relay is added).
 func Defaults() Config {
+	cd := crawl.DefaultOptions()
 	return Config{
 		DataDir:  "/var/lib/archiver",
 		Listen:   "127.0.0.1:9477",
 		LogLevel: "info",
 		Limits: Limits{
-			MaxConnections:         64,
-			MaxConnectionsPerRelay: 4,
-			MaxInflightPerConn:     4,
+			MaxConnections:         cd.MaxConns,
+			MaxConnectionsPerRelay: cd.MaxConnsPerRelay,
+			MaxInflightPerConn:     cd.MaxInFlightPerConn,
 			VerifyWorkers:          0,
-			MaxFrameBytes:          8 * MiB,
-			PageTimeout:            Duration(15 * time.Second),
+			MaxFrameBytes:          ByteSize(cd.MaxFrame),
+			PageTimeout:            Duration(cd.PageTimeout),
 			MinFreeDiskBytes:       1 * GiB,
 			StopTimeout:            Duration(60 * time.Second),
 		},

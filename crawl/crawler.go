@@ -21,8 +21,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// Options configure a Crawler. Zero values mean the defaults of
-// setDefaults.
+// Options configure a Crawler. A zero value means the default: what
+// DefaultOptions holds.
 type Options struct {
 	Store  *rawstore.Store
 	Logger *zap.Logger
@@ -38,20 +38,19 @@ type Options struct {
 	Authors []string
 
 	PageLimit          int // REQ limit; default: NIP-11 max_limit, else 500
-	MaxPageLimit       int // ceiling on PageLimit; default 5000
-	MaxConns           int // connections across all relays; default 64
-	MaxConnsPerRelay   int // default 4
-	MaxInFlightPerConn int // REQs in flight on one connection; default 8
+	MaxPageLimit       int // ceiling on PageLimit
+	MaxConns           int // connections across all relays
+	MaxConnsPerRelay   int // connections to one relay
+	MaxInFlightPerConn int // REQs in flight on one connection
 	// StartConns x StartInFlight is where each relay's controller starts
-	// before it learns what the relay sustains; default 1 x 2.
+	// before it learns what the relay sustains.
 	StartConns, StartInFlight int
-	Shards                    int           // initial shards of a job; default 32
-	PageTimeout               time.Duration // idle time before a page is given up; default 15s
-	DialTimeout               time.Duration // default 10s
-	MaxFrame                  int           // largest frame accepted; default 8 MiB
-	MaxAttempts               int           // consecutive failures of one page before giving up; default 8
-	BackoffMin                time.Duration // default 250ms
-	BackoffMax                time.Duration // default 30s
+	Shards                    int           // initial shards of a job
+	PageTimeout               time.Duration // idle time before a page is given up
+	DialTimeout               time.Duration // TCP + TLS + upgrade
+	MaxFrame                  int           // largest frame accepted
+	MaxAttempts               int           // consecutive failures of one page (or first dial) before giving up
+	BackoffMin, BackoffMax    time.Duration // retry backoff range
 	HTTPClient                *http.Client  // for NIP-11; default a client with a 10s timeout
 
 	// ConnLimiter, if set, is the MaxConns budget shared with other
@@ -70,48 +69,48 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultOptions holds the crawl's defaults, the one source of them: the
+// CLI's flags, the daemon's configuration (package config) and the job
+// workers all start from here.
+func DefaultOptions() Options {
+	return Options{
+		MaxPageLimit:       5000,
+		MaxConns:           64,
+		MaxConnsPerRelay:   4,
+		MaxInFlightPerConn: 8,
+		StartConns:         1,
+		StartInFlight:      4,
+		Shards:             32,
+		PageTimeout:        15 * time.Second,
+		DialTimeout:        10 * time.Second,
+		MaxFrame:           8 << 20,
+		MaxAttempts:        8,
+		BackoffMin:         250 * time.Millisecond,
+		BackoffMax:         30 * time.Second,
+	}
+}
+
 func (o *Options) setDefaults() {
+	d := DefaultOptions()
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.MaxPageLimit == 0 {
-		o.MaxPageLimit = 5000
+	for _, f := range []struct{ v, def *int }{
+		{&o.MaxPageLimit, &d.MaxPageLimit}, {&o.MaxConns, &d.MaxConns}, {&o.MaxConnsPerRelay, &d.MaxConnsPerRelay},
+		{&o.MaxInFlightPerConn, &d.MaxInFlightPerConn}, {&o.StartConns, &d.StartConns}, {&o.StartInFlight, &d.StartInFlight},
+		{&o.Shards, &d.Shards}, {&o.MaxFrame, &d.MaxFrame}, {&o.MaxAttempts, &d.MaxAttempts},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
 	}
-	if o.MaxConns == 0 {
-		o.MaxConns = 64
-	}
-	if o.MaxConnsPerRelay == 0 {
-		o.MaxConnsPerRelay = 4
-	}
-	if o.MaxInFlightPerConn == 0 {
-		o.MaxInFlightPerConn = 8
-	}
-	if o.StartConns == 0 {
-		o.StartConns = 1
-	}
-	if o.StartInFlight == 0 {
-		o.StartInFlight = 4
-	}
-	if o.Shards == 0 {
-		o.Shards = 32
-	}
-	if o.PageTimeout == 0 {
-		o.PageTimeout = 15 * time.Second
-	}
-	if o.DialTimeout == 0 {
-		o.DialTimeout = 10 * time.Second
-	}
-	if o.MaxFrame == 0 {
-		o.MaxFrame = 8 << 20
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 8
-	}
-	if o.BackoffMin == 0 {
-		o.BackoffMin = 250 * time.Millisecond
-	}
-	if o.BackoffMax == 0 {
-		o.BackoffMax = 30 * time.Second
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&o.PageTimeout, &d.PageTimeout}, {&o.DialTimeout, &d.DialTimeout},
+		{&o.BackoffMin, &d.BackoffMin}, {&o.BackoffMax, &d.BackoffMax},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
 	}
 	if o.HTTPClient == nil {
 		// One request per relay per run: keeping the connection idle

@@ -43,9 +43,6 @@ func (d *Daemon) startRelaysLocked(cfg *config.Config) {
 		if _, ok := d.relays[rc.URL]; ok {
 			continue
 		}
-		if len(rc.Authors) > 0 {
-			d.log.Warn("relay authors filter is not supported by the crawler yet: archiving every author", zap.String("relay", rc.URL))
-		}
 		ctx, cancel := context.WithCancel(d.runCtx)
 		l := &relayLoop{d: d, cfg: rc, cancel: cancel, log: d.log.With(zap.String("relay", rc.URL)), state: StateBackfill}
 		d.relays[rc.URL] = l
@@ -120,7 +117,7 @@ func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
 // crawler builds the crawl for this relay's job from the configuration.
 func (l *relayLoop) crawler() (*crawl.Crawler, error) {
 	o := l.d.crawlOptions()
-	o.Since, o.Until, o.Kinds = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds
+	o.Since, o.Until, o.Kinds, o.Authors = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds, l.cfg.Authors
 	c, err := crawl.New(o)
 	return c, err
 }

@@ -133,7 +133,10 @@ func (p *Pool) Run(ctx context.Context) error {
 	if p.opts.Store.NeedsScan() {
 		p.opts.Logger.Warn("verdicts were reset and not all re-verified: verifying the archive in key order first; crawls wait for it")
 		n, err := p.scan(ctx)
-		if err != nil && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		p.opts.Logger.Info("verified the archive in key order", zap.Int("copies", n))
@@ -148,6 +151,11 @@ func (p *Pool) Run(ctx context.Context) error {
 	behind := false // copies were deferred since cold last reached the end
 	recent := 0     // copies judged from memory since the last wait
 	for {
+		// Checked every batch, not only when idle: with a backlog the
+		// loop never idles, and a stop must not wait for the backlog.
+		if ctx.Err() != nil {
+			return nil
+		}
 		p.alive.Store(time.Now().UnixNano())
 		n, deferred, err := p.step(&last, false)
 		if err != nil {

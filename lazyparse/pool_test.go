@@ -5,14 +5,17 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/nostr-archiver/archiver/bip340"
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
 )
 
 func signed(t *testing.T, sk *btcec.PrivateKey, content string, ts int64) *event.Event {
@@ -220,5 +223,66 @@ func TestRunVerifiesWhatMemoryDropped(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Run stops within a batch of its context ending, however long the backlog:
+// from memory (hot) and read back from disk (cold, nothing kept in memory).
+func TestRunStopsPromptlyWithBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hot  int
+	}{{"hot", 64 << 20}, {"cold", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := goleak.IgnoreCurrent()
+			t.Cleanup(func() { goleak.VerifyNone(t, opt) }) // after the store's Cleanup
+			st, r := openStore(t, rawstore.Options{HotBytes: tc.hot})
+			// Unsigned events with true ids: the verifier below judges them,
+			// slowly, as a large backlog on a busy machine would be judged.
+			const n = 4000
+			copies := make([]rawstore.Copy, n)
+			for i := range copies {
+				e := &event.Event{CreatedAt: int64(1000 + i), Kind: 1, Tags: [][]string{}, Content: fmt.Sprint("backlog ", i)}
+				e.ID, _ = e.ComputeID(nil)
+				copies[i] = rawstore.Copy{ID: e.ID, Raw: event.AppendJSON(nil, e)}
+			}
+			if _, err := st.Ingest(&rawstore.Batch{Relay: r, Events: copies}); err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			var once sync.Once
+			slow := func() Verifier {
+				return func(items []bip340.Item, reasons []string) {
+					once.Do(func() { close(started) })
+					time.Sleep(20 * time.Millisecond) // the cost of a batch
+					clear(reasons)
+				}
+			}
+			p, err := New(Options{Store: st, BatchSize: 16, Workers: 1, NewVerifier: slow, Idle: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			p.Notify()
+			<-started
+			cancel()
+			stopAt := time.Now()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second): // the whole backlog takes 5 s
+				t.Fatal("Run did not stop after its context ended")
+			}
+			if el := time.Since(stopAt); el > time.Second {
+				t.Errorf("Run took %v to stop", el)
+			}
+			if s, _ := st.Stats(); s.Pending < n/2 {
+				t.Errorf("Run went on after the stop: %d of %d still pending", s.Pending, n)
+			}
+		})
 	}
 }
