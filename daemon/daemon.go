@@ -153,15 +153,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	_ = sdnotify.Stopping()
-	d.log.Info("stopping: finishing in-flight pages and batches", zap.Duration("stop_timeout", time.Duration(d.cfg.Limits.StopTimeout)))
-	stopped := make(chan struct{})
+	stopTimeout := time.Duration(d.cfg.Limits.StopTimeout)
+	d.log.Info("stopping: finishing in-flight pages and batches", zap.Duration("stop_timeout", stopTimeout))
+	stopped := make(chan struct{}) // closed when nothing writes to the store any more
 	go func() { d.wg.Wait(); stopBG(); bgWG.Wait(); close(stopped) }()
 	var err error
 	select {
 	case <-stopped:
-	case <-time.After(time.Duration(d.cfg.Limits.StopTimeout)):
-		err = fmt.Errorf("daemon: stop timeout %v passed with work still running", time.Duration(d.cfg.Limits.StopTimeout))
-		d.log.Error("stop timeout passed; closing the archive anyway (the next start resumes from the last committed cursors)")
+	case <-time.After(stopTimeout):
+		err = fmt.Errorf("daemon: stop timeout %v passed with work still running", stopTimeout)
+		d.log.Error("stop timeout passed: stopping the verify pool without waiting for the relays")
 		stopBG()
 	}
 	<-watchdog
@@ -169,15 +170,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 	_ = srv.Shutdown(sctx)
 	cancel()
 	<-srvDone
-	if err == nil {
-		<-stopped
-	}
-	if cerr := d.store.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
+	// Pebble panics on a write after Close, so the store closes only once
+	// every writer has returned. They all watch a cancelled context by
+	// now; one that does not return within closeGrace is stuck (a hung
+	// disk): the store is then left to the process exit, which loses
+	// nothing committed (every batch is synced) and the next start
+	// resumes from it.
+	select {
+	case <-stopped:
+		if cerr := d.store.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	case <-time.After(closeGrace):
+		err = errors.Join(err, fmt.Errorf("daemon: writers still running %v after the stop: archive %s left open for the process exit", closeGrace, d.cfg.DataDir))
 	}
 	d.log.Info("stopped")
 	return err
 }
+
+// closeGrace is how long a stop that timed out still waits for the
+// writers, whose contexts are cancelled, before giving up on closing the
+// store.
+const closeGrace = 10 * time.Second
 
 // watchdog pings systemd from the verify pool's health: a ping goes out
 // only while the pool's loop keeps turning (it turns at least every 200
@@ -238,7 +252,7 @@ func (d *Daemon) Reload() error {
 	if limitsChanged {
 		d.log.Warn("reload: limits, data_dir and listen take effect on restart only")
 	}
-	if d.runCtx != nil {
+	if d.runCtx != nil && d.runCtx.Err() == nil { // no new relay once stopping
 		d.startRelaysLocked(cfg)
 	}
 	d.log.Info("configuration reloaded", zap.Int("relays", len(d.relays)))

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/config"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -90,4 +92,67 @@ func TestDiskFloorPausesCrawl(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("after space returned: %+v", st.Report)
+}
+
+// A stop whose timeout passes while relays are committing pages and the
+// verify pool has a backlog must not close Pebble under them (Pebble
+// panics on a write after Close): Run returns the timeout, the store is
+// closed once the writers are out, and it opens again with what was
+// committed.
+func TestStopTimeoutWithBusyWriters(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	cache, _ := os.UserCacheDir()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50,
+		CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := testrelay.New(testrelay.Options{MaxLimit: 50}) // many small pages: commits all the time
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(f.Items...)
+	t.Cleanup(func() { r.Close() })
+	dir := t.TempDir()
+	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Limits.StopTimeout = config.Duration(time.Millisecond)
+	cfg.Limits.MinFreeDiskBytes = 0
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for {
+		st := getStatus(t, d.Addr())
+		if st.Events >= 500 && st.Pending > 0 {
+			break
+		}
+		if st.Events == int64(len(f.Valid)) {
+			t.Fatal("the crawl finished before the stop: nothing was busy")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(closeGrace + 30*time.Second):
+		t.Fatal("Run did not return")
+	}
+	if err != nil && !strings.Contains(err.Error(), "stop timeout") {
+		t.Fatalf("Run: %v", err)
+	}
+	st, err := rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("the archive was not closed after the writers returned: %v", err)
+	}
+	defer st.Close()
+	if s, err := st.Stats(); err != nil || s.Events < 500 {
+		t.Fatalf("after the stop: %+v, %v", s, err)
+	}
 }
