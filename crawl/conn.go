@@ -77,6 +77,10 @@ type Conn struct {
 	orphans   []rawstore.Malformed // malformed frames with no subscription
 	closeErr  error
 	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
+	// held counts the malformed frames (and their bytes) kept for
+	// quarantine and not yet taken by a page's caller; past the caps
+	// they are only counted (see keepBad).
+	held, heldBytes int
 
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
 	pingStop  chan struct{}
@@ -232,10 +236,47 @@ func (c *Conn) TakeOrphans() []rawstore.Malformed {
 	defer c.mu.Unlock()
 	o := c.orphans
 	c.orphans = nil
+	c.releaseBad(o)
 	return o
 }
 
-// UnknownLabels reports frames with labels the scanner does not know.
+// Bounds on what a relay's malformed frames can make a connection hold
+// before a page hands them over: a hostile relay streaming garbage is
+// held to these, the rest only counted.
+const (
+	maxHeldBad      = 256
+	maxHeldBadBytes = 4 << 20
+)
+
+// labelOverCap is the UnknownLabels entry counting the malformed frames
+// dropped over maxHeldBad / maxHeldBadBytes.
+const labelOverCap = "(malformed frames over the per-connection cap, dropped)"
+
+// keepBad returns whether a malformed frame of n bytes may be kept, and
+// counts it as held if so. Caller holds c.mu.
+func (c *Conn) keepBad(n int) bool {
+	if c.held >= maxHeldBad || c.heldBytes+n > maxHeldBadBytes {
+		if c.unknown == nil {
+			c.unknown = map[string]int{}
+		}
+		c.unknown[labelOverCap]++
+		return false
+	}
+	c.held++
+	c.heldBytes += n
+	return true
+}
+
+// releaseBad forgets bad as held: it was handed over. Caller holds c.mu.
+func (c *Conn) releaseBad(bad []rawstore.Malformed) {
+	for _, b := range bad {
+		c.held--
+		c.heldBytes -= len(b.Raw)
+	}
+}
+
+// UnknownLabels reports frames with labels the scanner does not know, and
+// (as labelOverCap) malformed frames dropped over the per-connection cap.
 func (c *Conn) UnknownLabels() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -325,6 +366,7 @@ func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, m
 		c.mu.Lock()
 		items, bad, eose := s.page.Items, s.page.Malformed, s.eose
 		s.page.Items, s.page.Malformed = nil, nil
+		c.releaseBad(bad)
 		c.mu.Unlock()
 		if len(items) == 0 && len(bad) == 0 {
 			return nil
@@ -420,9 +462,14 @@ func (c *Conn) finishLocked(s *sub, end EndKind, reason string) {
 	close(s.finished)
 }
 
+// forget stops routing frames to s; its page's malformed frames are then
+// the caller's, no longer held by the connection.
 func (c *Conn) forget(s *sub) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.subs[s.id]; ok {
+		c.releaseBad(s.page.Malformed)
+	}
 	delete(c.subs, s.id)
 	for i, o := range c.order {
 		if o == s {
@@ -459,7 +506,9 @@ func (c *Conn) OnPong(*gws.Conn, []byte) {}
 const overflowFactor = 4
 
 // OnMessage implements gws.Event. It runs on the read loop: scan, copy,
-// append; nothing here blocks.
+// append; nothing here blocks. Only a frame that moves a subscription on
+// (an event, its end, a count) refreshes its idle timer: a relay that
+// sends nothing but garbage times out as a silent one does.
 func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 	defer msg.Close()
 	now := time.Now().UnixNano()
@@ -474,10 +523,15 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 	}
 	if s != nil {
 		s.frames++
-		s.last.Store(now)
+		if err == nil {
+			s.last.Store(now)
+		}
 	}
 	switch {
 	case err != nil:
+		if !c.keepBad(len(data)) {
+			return
+		}
 		// The same bad frame re-sent on another subscription (the next
 		// page repeats its boundary second; a retry repeats the page) is
 		// the same copy.
@@ -530,8 +584,10 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		if c.unknown == nil {
 			c.unknown = map[string]int{}
 		}
-		if len(c.unknown) < 16 {
-			c.unknown[m.Message]++
+		// A relay picks the labels: at most 16 of them, 64 bytes each.
+		label := m.Message[:min(len(m.Message), 64)]
+		if _, ok := c.unknown[label]; ok || len(c.unknown) < 16 {
+			c.unknown[label]++
 		}
 	}
 }
