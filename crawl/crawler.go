@@ -133,11 +133,17 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Validate reports the first bad option.
+// Check reports the first bad option of o with its defaults applied,
+// without a Store: a command checks its flags with it before it creates
+// anything.
+func (o Options) Check() error {
+	o.setDefaults()
+	return o.Validate()
+}
+
+// Validate reports the first bad option (New also requires a Store).
 func (o *Options) Validate() error {
 	switch {
-	case o.Store == nil:
-		return errors.New("crawl: Store is required")
 	case o.Since < 0:
 		return fmt.Errorf("crawl: since %d < 0", o.Since)
 	case o.Until != 0 && o.Until < o.Since:
@@ -223,6 +229,9 @@ func (c *Crawler) Progress() []Progress {
 
 // New validates opts and returns a Crawler.
 func New(opts Options) (*Crawler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("crawl: Store is required")
+	}
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err

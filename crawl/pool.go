@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -177,7 +179,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 		}
 		p.r.refusedDial(err)
 		p.r.log.Warn("connect failed", zap.Int("attempt", attempt+1), zap.Bool("first", first), zap.Error(err))
-		if permanentDialError(err) {
+		if permanentDialError(err) || errors.Is(err, syscall.ECONNREFUSED) && tried >= refusedAttempts {
 			break
 		}
 	}
@@ -191,14 +193,22 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 	return nil, last
 }
 
-// permanentDialError reports errors no retry can fix: the endpoint does
-// not speak TLS, or its certificate is not valid for it.
+// refusedAttempts is how many dials a refused port gets: a relay that is
+// restarting comes back within a second or two; a wrong port never does,
+// and a person waits for the answer.
+const refusedAttempts = 3
+
+// permanentDialError reports errors no retry can fix: the host name does
+// not exist, the endpoint does not speak TLS, or its certificate is not
+// valid for it.
 func permanentDialError(err error) bool {
+	var dns *net.DNSError
 	var rh tls.RecordHeaderError
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
-	return errors.As(err, &rh) || errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid)
+	return errors.As(err, &dns) && dns.IsNotFound || errors.As(err, &rh) || errors.As(err, &unknownCA) ||
+		errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 // drop closes pc's connection (after a loss or silence) so the next

@@ -25,6 +25,7 @@ const defaultDataDir = "./archive"
 type common struct {
 	data       string
 	logLevel   string
+	logFormat  string
 	cpuProfile string
 	hotBytes   int // rawstore.Options.HotBytes: set by commands that verify while they ingest
 }
@@ -32,6 +33,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.data, "data", defaultDataDir, "archive directory")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", "auto", logFormatHelp)
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file")
 }
 
@@ -52,37 +54,104 @@ func (c *common) profile() (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// logger returns a JSON logger on stderr. Sampling is off: the crawl's
-// messages are few per page, and sampling by message text would drop
-// different relays' errors together.
-func (c *common) logger() (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(c.logLevel)
+// logFormatHelp documents --log-format.
+const logFormatHelp = "log format: console (lines for people), json (for services), or auto: console on a terminal, json otherwise and under systemd"
+
+// logger returns the logger of a command, writing to stderr (see
+// newLogger).
+func (c *common) logger() (*zap.Logger, error) { return newLogger(c.logLevel, c.logFormat) }
+
+// newLogger builds a logger on stderr in format: "console" (one readable
+// line per entry), "json" (one object per line, for services and log
+// collectors), or "auto", which is console on a terminal and json
+// otherwise or under systemd (JOURNAL_STREAM is set). No entry carries a
+// stack trace: the messages say what happened. Sampling is off: the
+// crawl's messages are few per page, and sampling by message text would
+// drop different relays' errors together.
+func newLogger(level, format string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.Sampling = nil
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	return cfg.Build()
+	if format == "auto" || format == "" {
+		format = "json"
+		if stderr.tty && os.Getenv("JOURNAL_STREAM") == "" {
+			format = "console"
+		}
+	}
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		ec := zap.NewProductionEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05")
+		ec.CallerKey, ec.StacktraceKey = "", ""
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want auto, console or json", format)
+	}
+	return zap.New(zapcore.NewCore(enc, stderr, lvl)), nil
 }
 
 // open parses the command's flags (no positional arguments), builds the
-// logger and opens the archive; code is the exit code when it fails.
+// logger and opens the archive. When store is nil, code is the exit code:
+// 0 after --help, 2 on a usage error, 1 when the archive cannot be opened.
 func (c *common) open(fs *flag.FlagSet, args []string) (log *zap.Logger, store *rawstore.Store, code int) {
-	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
-		return nil, nil, usageError(fs.Name(), fmt.Errorf("unexpected arguments %q", rest))
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return nil, nil, code
 	}
 	log, err := c.logger()
 	if err != nil {
-		return nil, nil, usageError("--log-level", err)
+		return nil, nil, usageError(fs.Name(), err)
 	}
 	store, err = c.openStore(log)
 	if err != nil {
-		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
-		return nil, nil, 1
+		return nil, nil, fail(fs.Name(), fmt.Errorf("cannot open archive %s: %w", c.data, err))
 	}
 	return log, store, 0
+}
+
+// parseNoArgs parses a command's flags where no positional argument is
+// expected; when !ok the command returns code (0 after --help).
+func parseNoArgs(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	rest, err := parseInterspersed(fs, args)
+	switch {
+	case err != nil:
+		return flagExit(err), false
+	case len(rest) > 0:
+		return usageError(fs.Name(), fmt.Errorf("unexpected arguments %q", rest)), false
+	}
+	return 0, true
+}
+
+// flagExit is the exit code after a flag parse error, which the flag
+// package has already printed with the usage: 0 for -h/--help, else 2.
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments, as users type them.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(stderr)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
 }
 
 func (c *common) openStore(log *zap.Logger) (*rawstore.Store, error) {

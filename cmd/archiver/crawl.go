@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -17,36 +16,44 @@ import (
 
 func runCrawl(args []string) int {
 	fs := flag.NewFlagSet("crawl", flag.ContinueOnError)
+	d := crawl.DefaultOptions()
 	var (
 		c        common
 		since    = fs.String("since", "", "oldest created_at to archive (unix seconds, RFC 3339, YYYY-MM-DD, or a duration ago like 30d); default: everything")
 		until    = fs.String("until", "", "newest created_at to archive; default: now")
 		noVerify = fs.Bool("no-verify", false, "store events without verifying them (run `archiver reprocess` later)")
 		limit    = fs.Int("limit", 0, "REQ page limit; default: the relay's NIP-11 max_limit, else 500")
-		inflight = fs.Int("inflight", 8, "most REQs in flight per relay connection (the controller starts lower and learns)")
-		conns    = fs.Int("conns", 4, "most connections per relay")
-		total    = fs.Int("max-conns", 64, "most connections across all relays")
-		startC   = fs.Int("start-conns", 1, "connections per relay before the controller learns more")
-		startR   = fs.Int("start-inflight", 4, "REQs in flight per connection before the controller learns more")
-		shards   = fs.Int("shards", 32, "initial created_at shards of a relay's job (idle workers split the largest)")
+		inflight = fs.Int("inflight", d.MaxInFlightPerConn, "most REQs in flight per relay connection (the controller starts lower and learns)")
+		conns    = fs.Int("conns", d.MaxConnsPerRelay, "most connections per relay")
+		total    = fs.Int("max-conns", d.MaxConns, "most connections across all relays")
+		startC   = fs.Int("start-conns", d.StartConns, "connections per relay before the controller learns more")
+		startR   = fs.Int("start-inflight", d.StartInFlight, "REQs in flight per connection before the controller learns more")
+		shards   = fs.Int("shards", d.Shards, "initial created_at shards of a relay's job (idle workers split the largest)")
 		workers  = fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
-		timeout  = fs.Duration("page-timeout", 15*time.Second, "give up on a page after this long without a frame")
+		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
 	)
 	c.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.")
+		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.\nRELAY_URL: wss://host[:port][/path], ws://host[:port][/path], or a bare host (wss://host).")
 		fs.PrintDefaults()
 	}
-	relays, err := parseInterspersed(fs, args)
+	args, err := parseInterspersed(fs, args)
 	if err != nil {
-		return 2
+		return flagExit(err)
 	}
-	if len(relays) == 0 {
-		fmt.Fprintln(os.Stderr, "archiver crawl: no relay given")
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "archiver crawl: no relay given")
 		fs.Usage()
 		return 2
+	}
+	// Everything is checked before anything is created or dialed.
+	relays := make([]string, len(args))
+	for i, a := range args {
+		if relays[i], err = crawl.NormalizeURL(a); err != nil {
+			return usageError("crawl", err)
+		}
 	}
 	now := time.Now()
 	opts := crawl.Options{
@@ -66,9 +73,12 @@ func runCrawl(args []string) int {
 	if opts.Authors, err = parseAuthors(*authors); err != nil {
 		return usageError("--authors", err)
 	}
+	if err := opts.Check(); err != nil {
+		return usageError("crawl", err)
+	}
 	log, err := c.logger()
 	if err != nil {
-		return usageError("--log-level", err)
+		return usageError("crawl", err)
 	}
 	defer log.Sync() //nolint:errcheck // stderr cannot be synced
 
@@ -84,15 +94,14 @@ func runCrawl(args []string) int {
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		log.Error("cannot open archive", zap.String("dir", c.data), zap.Error(err))
-		return 1
+		return fail("crawl", fmt.Errorf("cannot open archive %s: %w", c.data, err))
 	}
 	// Shutdown order: the crawl stops first (its last batches are
 	// committed), then the verify pool finishes its batch, then the store
 	// closes (flushing Pebble).
 	defer func() {
 		if err := store.Close(); err != nil {
-			log.Error("closing archive", zap.Error(err))
+			fail("crawl", fmt.Errorf("closing archive %s: %w", c.data, err))
 		}
 	}()
 
@@ -103,8 +112,7 @@ func runCrawl(args []string) int {
 	if !*noVerify {
 		pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
 		if err != nil {
-			log.Error("verify pool", zap.Error(err))
-			return 1
+			return usageError("--verify-workers", err)
 		}
 		poolWG.Add(1)
 		go func() {
@@ -122,7 +130,7 @@ func runCrawl(args []string) int {
 		poolWG.Wait()
 		return usageError("crawl", err)
 	}
-	prog := startProgress(ctx, crawler, log, os.Stderr)
+	prog := startProgress(ctx, crawler, log, stderr)
 	results := crawler.Run(ctx, relays)
 	prog.Stop()
 	stopPool()
@@ -134,15 +142,44 @@ func runCrawl(args []string) int {
 	}
 	code := 0
 	for _, r := range results {
-		fmt.Fprintln(os.Stderr, r.String())
+		fmt.Fprintln(stderr, r.String())
+		if h := hint(r); h != "" {
+			fmt.Fprintln(stderr, "  "+h)
+		}
 		if !r.Drained() {
 			code = 1
 		}
 	}
 	if st, err := store.Stats(); err == nil {
-		fmt.Fprintf(os.Stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
+		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
 	}
 	return code
+}
+
+// hint says what to try next after a relay could not be reached, from the
+// cause the crawl reported.
+func hint(r crawl.Result) string {
+	if r.Finish != crawl.FinishUnreachable {
+		return ""
+	}
+	d := r.Detail
+	switch {
+	case strings.Contains(d, "no such host"), strings.Contains(d, "server misbehaving"):
+		return "the host name does not resolve: check the address for a typo (and that this machine can reach DNS)"
+	case strings.Contains(d, "connection refused"):
+		return "nothing accepts connections there: check the port, or the relay may be down; try again later"
+	case strings.Contains(d, "first record does not look like a TLS handshake"):
+		return "the relay does not speak TLS on that port: try ws:// instead of wss://"
+	case strings.Contains(d, "certificate"):
+		return "the relay's TLS certificate is not valid for that name: check the address"
+	case strings.Contains(d, "HTTP 429"):
+		return "the relay refuses more connections from this address: try again later, with --conns 1"
+	case strings.Contains(d, "upgrade") && strings.HasPrefix(r.Relay, "ws://"):
+		return "the server did not accept a WebSocket: check the path, or try wss:// instead of ws://"
+	case strings.Contains(d, "upgrade"):
+		return "the server did not accept a WebSocket: check the address and path"
+	}
+	return "check the address; the relay may be down, or try wss:// instead of ws:// (or the reverse)"
 }
 
 // hotBytes is how much of what was just stored the verify pool may take
@@ -182,24 +219,3 @@ func parseAuthors(s string) ([]string, error) {
 	return out, nil
 }
 
-func usageError(what string, err error) int {
-	fmt.Fprintf(os.Stderr, "archiver: %s: %v\n", what, err)
-	return 2
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// the positional arguments, as users type them.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}

@@ -5,26 +5,35 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
+	"strings"
 )
 
 const usage = `archiver: archive Nostr relays completely.
 
 Usage:
   archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...]
-  archiver crawl     [--data DIR] [--since T] [--until T] [--no-verify] RELAY_URL...
+  archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
+  archiver version
 
 Run "archiver COMMAND -h" for a command's flags.
 `
 
 func main() {
-	if len(os.Args) < 2 {
+	os.Exit(dispatch(os.Args[1:]))
+}
+
+// dispatch runs the command named by args[0] and returns the exit code:
+// 0 success, 1 failure, 2 usage error.
+func dispatch(args []string) int {
+	if len(args) < 1 {
 		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+		return 2
 	}
 	cmds := map[string]func([]string) int{
 		"run":       runDaemon,
@@ -34,14 +43,82 @@ func main() {
 		"stats":     runStats,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
+		"version":   runVersion,
 	}
-	run, ok := cmds[os.Args[1]]
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(os.Stdout, usage)
+		return 0
+	case "-version", "--version":
+		return runVersion(nil)
+	}
+	run, ok := cmds[args[0]]
 	if !ok {
-		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
-			fmt.Fprintf(os.Stderr, "archiver: unknown command %q\n\n", os.Args[1])
-		}
+		fmt.Fprintf(os.Stderr, "archiver: unknown command %q\n\n", args[0])
 		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+		return 2
 	}
-	os.Exit(run(os.Args[2:]))
+	return run(args[1:])
+}
+
+// fail prints err as one plain line naming the command, for a person to
+// read (no log fields, no stack), and returns exit code 1.
+func fail(cmd string, err error) int {
+	fmt.Fprintf(stderr, "archiver %s: %s\n", cmd, oneLine(err.Error()))
+	return 1
+}
+
+// usageError prints a usage error the same way and returns exit code 2.
+func usageError(what string, err error) int {
+	fmt.Fprintf(stderr, "archiver: %s: %s\n", what, oneLine(err.Error()))
+	return 2
+}
+
+// oneLine joins a multi-line message (errors.Join) with "; ".
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")
+}
+
+func runVersion(args []string) int {
+	if len(args) > 0 {
+		return usageError("version", fmt.Errorf("unexpected arguments %q", args))
+	}
+	fmt.Fprintln(os.Stdout, versionString())
+	return 0
+}
+
+// versionString is the module version and the VCS revision the binary was
+// built from, as the Go toolchain recorded them.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "archiver (no build information)"
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	out := "archiver " + bi.Main.Version
+	switch {
+	case rev == "":
+		out += " (no VCS revision)"
+	default:
+		if dirty {
+			rev += "+modified"
+		}
+		out += " (" + rev
+		if at != "" {
+			out += " " + at
+		}
+		out += ")"
+	}
+	return out + " " + bi.GoVersion
 }

@@ -24,6 +24,7 @@ func runDaemon(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var (
 		path   = fs.String("config", "", "TOML configuration file (see configs/archiver.toml); flags override it")
+		format = fs.String("log-format", "auto", logFormatHelp)
 		o      config.Overrides
 		relays multiFlag
 	)
@@ -36,31 +37,27 @@ func runDaemon(args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: archiver run [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...]\n\nKeeps relays archived until SIGTERM; SIGHUP reloads the configuration.")
 		fs.PrintDefaults()
 	}
-	if rest, err := parseInterspersed(fs, args); err != nil || len(rest) > 0 {
-		if err == nil {
-			fmt.Fprintf(os.Stderr, "archiver run: unexpected arguments %q\n", rest)
-		}
-		return 2
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
 	}
 	o.Relays = relays
 	load := func() (*config.Config, error) { return config.Load(*path, o) }
 	cfg, err := load()
 	if err != nil {
-		// Exit 2: systemd's RestartPreventExitStatus, no restart loop on a bad file.
-		fmt.Fprintf(os.Stderr, "archiver run: configuration: %v\n", err)
+		// Exit 2: systemd's RestartPreventExitStatus, no restart loop on a
+		// bad file. Every problem on a line of its own.
+		fmt.Fprintf(stderr, "archiver run: configuration: %v\n", err)
 		return 2
 	}
-	c := common{logLevel: cfg.LogLevel}
-	log, err := c.logger()
+	log, err := newLogger(cfg.LogLevel, *format)
 	if err != nil {
-		return usageError("log_level", err)
+		return usageError("run", err)
 	}
 	defer log.Sync() //nolint:errcheck // stderr cannot be synced
 
 	d, err := daemon.New(daemon.Options{Config: cfg, Reload: load, Logger: log})
 	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 1
+		return fail("run", fmt.Errorf("cannot start: %w", err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

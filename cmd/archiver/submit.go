@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,9 +30,20 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.cfg.TLSCA, "tls-ca", "", "CA bundle for the NATS server's certificate")
 }
 
+// errNoNATS is connect's error without --nats: a usage error.
+var errNoNATS = errors.New("--nats is required")
+
+// connectError reports a failed connect: exit 2 without --nats, else 1.
+func (n *natsFlags) connectError(cmd string, err error) int {
+	if errors.Is(err, errNoNATS) {
+		return usageError(cmd, err)
+	}
+	return fail(cmd, fmt.Errorf("NATS %s: %w", n.cfg.URL, err))
+}
+
 func (n *natsFlags) connect() (jetstream.JetStream, func(), error) {
 	if n.cfg.URL == "" {
-		return nil, nil, fmt.Errorf("--nats is required")
+		return nil, nil, errNoNATS
 	}
 	nc, err := jobs.Connect(n.cfg, "archiver cli")
 	if err != nil {
@@ -62,7 +74,7 @@ func runSubmit(args []string) int {
 	n.register(fs)
 	relays, err := parseInterspersed(fs, args)
 	if err != nil {
-		return 2
+		return flagExit(err)
 	}
 	now := time.Now()
 	j := &jobs.Job{ID: *id, Relays: relays, Mode: *mode, Priority: *priority}
@@ -88,25 +100,23 @@ func runSubmit(args []string) int {
 	}
 	js, closeNC, err := n.connect()
 	if err != nil {
-		return usageError("submit", err)
+		return n.connectError("submit", err)
 	}
 	defer closeNC()
 	ctx, stop := signalContext()
 	defer stop()
 	subjects := jobs.SubjectsFrom(n.cfg)
 	if _, _, err := jobs.EnsureStream(ctx, js, subjects); err != nil {
-		fmt.Fprintf(os.Stderr, "archiver submit: %v\n", err)
-		return 1
+		return fail("submit", err)
 	}
 	dup, err := jobs.Submit(ctx, js, subjects, j)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "archiver submit: %v\n", err)
-		return 1
+		return fail("submit", err)
 	}
 	if dup {
-		fmt.Fprintf(os.Stderr, "job %s was already submitted: not queued again\n", j.ID)
+		fmt.Fprintf(stderr, "job %s was already submitted: not queued again\n", j.ID)
 	} else {
-		fmt.Fprintf(os.Stderr, "job %s queued\n", j.ID)
+		fmt.Fprintf(stderr, "job %s queued\n", j.ID)
 	}
 	fmt.Println(j.ID)
 	if !*wait {
@@ -124,8 +134,7 @@ func runSubmit(args []string) int {
 		_ = enc.Encode(rep)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "archiver submit: job %s: %v\n", j.ID, err)
-		return 1
+		return fail("submit", fmt.Errorf("job %s: %w", j.ID, err))
 	}
 	return 0
 }
@@ -136,11 +145,11 @@ func runJobs(args []string) int {
 	n.register(fs)
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
-		return 2
+		return flagExit(err)
 	}
 	js, closeNC, err := n.connect()
 	if err != nil {
-		return usageError("jobs", err)
+		return n.connectError("jobs", err)
 	}
 	defer closeNC()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,8 +160,11 @@ func runJobs(args []string) int {
 	if len(ids) == 0 {
 		list, err := jobs.ListJobs(ctx, js, subjects)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "archiver jobs: %v\n", err)
-			return 1
+			return fail("jobs", err)
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(stderr, "no jobs")
+			list = []jobs.Status{} // [], not null
 		}
 		_ = enc.Encode(list)
 		return 0
@@ -161,7 +173,7 @@ func runJobs(args []string) int {
 	for _, id := range ids {
 		rep, err := jobs.JobStatus(ctx, js.Conn(), subjects, id)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "archiver jobs: %s: %v\n", id, err)
+			fail("jobs", fmt.Errorf("%s: %w", id, err))
 			code = 1
 			continue
 		}
