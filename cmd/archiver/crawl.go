@@ -218,4 +218,3 @@ func parseAuthors(s string) ([]string, error) {
 	}
 	return out, nil
 }
-
