@@ -3,6 +3,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -32,7 +33,7 @@ func main() {
 // 0 success, 1 failure, 2 usage error.
 func dispatch(args []string) int {
 	if len(args) < 1 {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	cmds := map[string]func([]string) int{
@@ -54,8 +55,8 @@ func dispatch(args []string) int {
 	}
 	run, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "archiver: unknown command %q\n\n", args[0])
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprintf(stderr, "archiver: unknown command %q\n\n", args[0])
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	return run(args[1:])
@@ -80,8 +81,12 @@ func oneLine(s string) string {
 }
 
 func runVersion(args []string) int {
-	if len(args) > 0 {
-		return usageError("version", fmt.Errorf("unexpected arguments %q", args))
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: archiver version\n\nPrints the module version and the VCS revision the binary was built from.")
+	}
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
 	}
 	fmt.Fprintln(os.Stdout, versionString())
 	return 0

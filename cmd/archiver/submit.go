@@ -159,6 +159,9 @@ func runJobs(args []string) int {
 	enc.SetIndent("", "  ")
 	if len(ids) == 0 {
 		list, err := jobs.ListJobs(ctx, js, subjects)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			err = nil // no job was ever submitted to this stream
+		}
 		if err != nil {
 			return fail("jobs", err)
 		}
