@@ -122,6 +122,9 @@ func (r *Relay) check(p *problems, i int, seen map[string]int) {
 			p.add(fmt.Sprintf("relay[%d].kinds[%d]", i, j), k, "must be between 0 and 65535")
 		}
 	}
+	if len(r.Authors) > crawl.MaxAuthors {
+		p.add(key("authors"), nil, "%d authors, more than %d (every REQ names them all)", len(r.Authors), crawl.MaxAuthors)
+	}
 	for j, a := range r.Authors {
 		if !isLowerHex(a, 64) {
 			p.add(fmt.Sprintf("relay[%d].authors[%d]", i, j), a, "must be 64 lowercase hex characters")

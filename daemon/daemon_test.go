@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -154,5 +155,81 @@ func TestStopTimeoutWithBusyWriters(t *testing.T) {
 	defer st.Close()
 	if s, err := st.Stats(); err != nil || s.Events < 500 {
 		t.Fatalf("after the stop: %+v, %v", s, err)
+	}
+}
+
+// A relay's authors filter is honored: the daemon archives that author's
+// events, all of them, and nobody else's.
+func TestRelayAuthorsFilter(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	cache, _ := os.UserCacheDir()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 21, Events: 1500, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := testrelay.New(testrelay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(f.Items...)
+	t.Cleanup(func() { r.Close() })
+	author := f.Authors[0]
+	want := 0
+	for _, v := range f.Valid {
+		if bytes.Contains(v.Line, []byte(`"pubkey":"`+author+`"`)) {
+			want++
+		}
+	}
+	if want == 0 || want == len(f.Valid) {
+		t.Fatalf("fixture: %d of %d events by %s: the test proves nothing", want, len(f.Valid), author)
+	}
+	dir := t.TempDir()
+	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Relays[0].Authors, cfg.Relays[0].Live = []string{author}, false // a bounded job: it stops when done
+	cfg.Limits.MinFreeDiskBytes = 0
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := getStatus(t, d.Addr())
+		if len(st.Relays) == 1 && st.Relays[0].State == StateStopped && st.Pending == 0 {
+			if rs := st.Relays[0]; rs.LastFinish != "drained" {
+				t.Fatalf("finish %s: %s", rs.LastFinish, rs.LastDetail)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got := 0
+	err = st.ForEachValid(func(id [32]byte, raw []byte) error {
+		got++
+		if !bytes.Contains(raw, []byte(author)) {
+			t.Errorf("event %x is by another author", id[:4])
+		}
+		return nil
+	})
+	if err != nil || got != want {
+		t.Fatalf("archived %d valid events, want the author's %d (%v)", got, want, err)
 	}
 }
