@@ -258,15 +258,17 @@ func TestDaemonReloadAddsRelay(t *testing.T) {
 	d.stop(syscall.SIGTERM)
 }
 
-// A bad configuration exits 2 (systemd does not restart it) and says why.
+// A bad configuration exits 2 (systemd does not restart it) and says
+// everything that is wrong with it at once.
 func TestDaemonBadConfig(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "bad.toml")
-	_ = os.WriteFile(conf, []byte("data_dir = \"/tmp/x\"\nbogus_key = 1\n[[relay]]\nurl = \"ftp://x\"\n"), 0o644)
+	_ = os.WriteFile(conf, []byte("data_dir = \"/tmp/x\"\nlisten = 9477\nbogus_key = 1\n[limits]\npage_timeout = 15\n[[relay]]\nurl = \"ftp://x\"\n"), 0o644)
 	out, err := archiver("run", "--config", conf).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want 2\n%s", err, out)
 	}
-	for _, want := range []string{"bogus_key", "relay[0].url"} {
+	// Every problem at once, wrong types included.
+	for _, want := range []string{"bogus_key: unknown key", "relay[0].url", "listen: ", "limits.page_timeout: want a duration"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("error output lacks %q:\n%s", want, out)
 		}
