@@ -139,14 +139,15 @@ func TestGarbageTimesOut(t *testing.T) {
 	}
 }
 
-// A hostile relay streaming garbage for a long time grows no memory: what
-// a connection keeps of it is capped, the rest counted.
+// A hostile relay streaming garbage for a long time (20 s or 256 MiB,
+// whichever comes first) grows no memory: what a connection keeps of it is
+// capped, the rest counted.
 func TestGarbageMemoryFlat(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	stream := 20 * time.Second
+	stream, enough := 20*time.Second, int64(256<<20)
 	if testing.Short() {
-		stream = 5 * time.Second
+		stream, enough = 5*time.Second, 64<<20
 	}
 	g := newGarbageRelay(t)
 	c := dialTest(t, g.url)
@@ -166,10 +167,10 @@ func TestGarbageMemoryFlat(t *testing.T) {
 		return m.HeapAlloc
 	}
 	// The baseline is taken once garbage flows and the caps are reached.
-	for g.sent.Load() < 4*maxHeldBadBytes {
+	for g.sent.Load() < 2*maxHeldBadBytes {
 		time.Sleep(10 * time.Millisecond)
 	}
-	base, peak := heap(), uint64(0)
+	base, peak, start := heap(), uint64(0), time.Now()
 	sentAtBase := g.sent.Load()
 	tick := time.NewTicker(500 * time.Millisecond)
 	end := time.After(stream)
@@ -178,6 +179,9 @@ sample:
 		select {
 		case <-tick.C:
 			peak = max(peak, heap())
+			if g.sent.Load()-sentAtBase >= enough {
+				break sample
+			}
 		case <-end:
 			break sample
 		}
@@ -190,9 +194,11 @@ sample:
 	}
 	sent := g.sent.Load() - sentAtBase
 	growth := int64(peak) - int64(base)
-	t.Logf("garbage streamed over %v after the baseline: %d MiB; heap %d MiB at the baseline, peak %d MiB (growth %+d KiB)",
-		stream, sent>>20, base>>20, peak>>20, growth>>10)
-	if sent < 32<<20 {
+	t.Logf("garbage streamed after the baseline: %d MiB in %v; heap %d MiB at the baseline, peak %d MiB (growth %+d KiB)",
+		sent>>20, time.Since(start).Round(time.Second), base>>20, peak>>20, growth>>10)
+	// Four times what a connection may hold: the caps were reached and
+	// held (a busy machine under -race streams ~1 MiB/s).
+	if sent < 4*maxHeldBadBytes {
 		t.Fatalf("only %d bytes of garbage streamed: the test proves nothing", sent)
 	}
 	if growth > 16<<20 {
