@@ -297,6 +297,7 @@ const (
 	FinishGaveUp          = "gave-up"          // a page failed MaxAttempts times in a row
 	FinishRefused         = "refused"          // CLOSED blocked:/restricted:
 	FinishCanceled        = "canceled"         // stopped by the caller (resumes next run)
+	FinishUnproven        = "unproven"         // paged to the end, but the relay's COUNT says it holds more than it served
 )
 
 // Result is one relay's outcome.

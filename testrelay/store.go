@@ -188,17 +188,36 @@ func (s *snapshot) outside(dst []int32, f *filter, from, dir, n int) []int32 {
 	return append(dst, found...)
 }
 
-// count returns how many distinct items the filters select, ignoring
-// limits (NIP-45).
+// count returns how many events the filters select, ignoring limits
+// (NIP-45): one per id, as a relay's store keyed by id counts them (copies
+// sharing an id, forged or duplicated, count once), and each Frame item.
 func (s *snapshot) count(filters []filter, ignoreUntil bool) int {
+	var pos []int32
 	if len(filters) == 1 && filters[0].timeOnly() {
 		lo, hi := s.window(&filters[0], ignoreUntil)
-		return hi - lo
+		pos = make([]int32, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			pos = append(pos, int32(i))
+		}
+	} else {
+		for i := range filters {
+			pos = s.match(pos, &filters[i], -1, 0, ignoreUntil)
+		}
+		slices.Sort(pos)
+		pos = slices.Compact(pos)
 	}
-	var pos []int32
-	for i := range filters {
-		pos = s.match(pos, &filters[i], -1, 0, ignoreUntil)
+	n := 0
+	ids := make(map[string]struct{}, len(pos))
+	for _, p := range pos {
+		it := &s.items[p]
+		if it.Frame {
+			n++
+			continue
+		}
+		if _, dup := ids[it.ID]; !dup {
+			ids[it.ID] = struct{}{}
+			n++
+		}
 	}
-	slices.Sort(pos)
-	return len(slices.Compact(pos))
+	return n
 }
