@@ -35,8 +35,8 @@ type RelayRecord struct {
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
-	Coverage []RangeCoverage `json:"coverage,omitempty"`
-	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	Coverage      []RangeCoverage `json:"coverage,omitempty"`
+	UnknownLabels map[string]int  `json:"unknown_labels,omitempty"`
 }
 
 // WallReport records one second that held more events than a page.
