@@ -2,6 +2,7 @@ package crawl
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 
@@ -171,8 +172,11 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 }
 
 // checkRange compares c's held count with the relay's COUNT for [since,
-// until], paging the range again while it is short.
+// until], paging the range again while it is short. The ids of the
+// passes again are kept (up to maxUnion), so that a relay dropping other
+// events each pass is read whole by their union.
 func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until int64) {
+	union := map[[32]byte]bool{}
 	for {
 		n, ok := r.countEvents(ctx, since, until)
 		if !ok {
@@ -190,13 +194,10 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			return
 		}
 		c.Repaged++
-		// A range holds what this pass fetched, or what the passes before
-		// held plus what this one added to the archive (a relay that drops
-		// different events each time), whichever is more.
-		added, pass, err := r.repage(ctx, since, until)
-		c.Held = max(c.Held+added, pass)
+		err := r.repage(ctx, since, until, union)
+		c.Held = max(c.Held, int64(len(union)))
 		r.log.Info("range short of COUNT; paged again", zap.Int64("since", since), zap.Int64("until", until),
-			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Int64("added", added), zap.Error(err))
+			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
 		if err != nil {
 			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("paging again: %v", err)
 			return
@@ -204,26 +205,31 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 	}
 }
 
+// maxUnion bounds the ids kept while a short range is paged again.
+const maxUnion = 1 << 20
+
 // repage pages [since, until] newest-first again without moving any
-// shard's cursor, completing walls on the way, and returns how many ids
-// new to the archive it stored and how many distinct ids it fetched.
-func (r *relayCrawl) repage(ctx context.Context, since, until int64) (added, held int64, err error) {
-	t := newTally(until)
+// shard's cursor, completing walls on the way, and adds the distinct ids
+// it fetched in range to union (while it has room).
+func (r *relayCrawl) repage(ctx context.Context, since, until int64, union map[[32]byte]bool) error {
 	cursor := until
 	failures, slowdowns := 0, 0
+	add := func(id [32]byte) {
+		if len(union) < maxUnion {
+			union[id] = true
+		}
+	}
 	for cursor >= since {
 		page, pc, err := r.fetch(ctx, r.filter(since, cursor, nil, nil))
 		if err != nil {
-			return added, t.held, err
+			return err
 		}
 		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("re-page until=%d", cursor)) {
 			if ctx.Err() != nil {
-				return added, t.held, ctx.Err()
+				return ctx.Err()
 			}
 			continue
 		}
-		malformed := r.malformed(pc, page)
-		t.add(since, cursor, page.Items, len(malformed))
 		failures, slowdowns = 0, 0
 		n, frames, oldest := 0, 0, cursor
 		distinct := map[[32]byte]bool{}
@@ -234,33 +240,43 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (added, hel
 			frames++
 			if !distinct[it.ID] {
 				distinct[it.ID] = true
+				add(it.ID)
 				n++
 				oldest = min(oldest, it.CreatedAt)
 			}
 		}
-		res, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: malformed})
-		if err != nil {
-			return added, t.held, fmt.Errorf("store: %w", err)
+		malformed := r.malformed(pc, page)
+		for _, m := range malformed {
+			// The relay's COUNT counts what it serves as malformed too.
+			key := m.Key
+			if key == nil {
+				key = m.Raw
+			}
+			add(sha256.Sum256(key))
+		}
+		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: malformed}); err != nil {
+			return fmt.Errorf("store: %w", err)
 		}
 		r.c.opts.OnCommit()
-		added += int64(res.New)
 		switch {
 		case n == 0:
-			return added, t.held, nil
+			return nil
 		case oldest < cursor:
 			cursor = oldest
 		default:
 			if r.full(n, frames) {
 				ids, err := r.completeWall(ctx, cursor)
 				if err != nil {
-					return added, t.held, err
+					return err
 				}
-				t.addIDs(cursor, ids)
+				for id := range ids {
+					add(id)
+				}
 			}
 			cursor--
 		}
 	}
-	return added, t.held, nil
+	return nil
 }
 
 func copies(items []Item) []rawstore.Copy {

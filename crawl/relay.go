@@ -33,10 +33,11 @@ type RelayRecord struct {
 	FinishedAt     int64             `json:"finished_at,omitempty"`
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
+	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
-	Coverage      []RangeCoverage `json:"coverage,omitempty"`
-	UnknownLabels map[string]int  `json:"unknown_labels,omitempty"`
+	Coverage []RangeCoverage `json:"coverage,omitempty"`
 }
 
 // WallReport records one second that held more events than a page.

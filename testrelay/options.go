@@ -111,6 +111,21 @@ type Options struct {
 	// the connection's writer; past it the reader blocks and TCP pushes back
 	// on the client. Default 64.
 	QueueDepth int
+
+	// DuplicateEvery sends every Nth event of REQ pages (counted over the
+	// relay) twice in a row, inside the page. With DuplicateInLimit the
+	// copies count toward the page's clamp, so a cut page holds fewer
+	// distinct events than the clamp, as a relay seen in the wild does. 0
+	// means never.
+	DuplicateEvery   int
+	DuplicateInLimit bool
+
+	// OmitEvery silently drops every Nth event from REQ pages (counted over
+	// the relay, so another pass drops others) while COUNT still counts it.
+	// With OmitForever it drops the same events every time: those whose id
+	// hashes to 0 mod N. 0 means never.
+	OmitEvery   int
+	OmitForever bool
 }
 
 // Defaults.
@@ -181,6 +196,10 @@ func (o Options) Validate() error {
 		return bad("MaxMessageLength %d < 0", o.MaxMessageLength)
 	case o.QueueDepth < 0:
 		return bad("QueueDepth %d < 0", o.QueueDepth)
+	case o.DuplicateEvery < 0:
+		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
+	case o.OmitEvery < 0:
+		return bad("OmitEvery %d < 0", o.OmitEvery)
 	}
 	return nil
 }

@@ -54,6 +54,9 @@ type Relay struct {
 	openSubs atomic.Int64
 	reqSeq   atomic.Int64
 	countSeq atomic.Int64
+	// dupSeq and omitSeq count the events DuplicateEvery and OmitEvery
+	// pick from.
+	dupSeq, omitSeq atomic.Int64
 }
 
 // Stats are the relay's counters since New.

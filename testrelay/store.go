@@ -30,6 +30,22 @@ type Item struct {
 	// valid relay messages. Every SubPlaceholder in Raw is replaced by the
 	// subscription id (JSON-escaped, without quotes).
 	Frame bool
+	// Tags are the event's single-letter tags as [letter, value], what tag
+	// filters (#e, #p, ...) match; the fixture's trap events and
+	// ItemFromEvent fill them.
+	Tags [][2]string
+}
+
+// letterTags picks the single-letter tags (name and first value) that
+// NIP-01 tag filters match.
+func letterTags(tags [][]string) [][2]string {
+	var out [][2]string
+	for _, t := range tags {
+		if len(t) >= 2 && len(t[0]) == 1 {
+			out = append(out, [2]string{t[0], t[1]})
+		}
+	}
+	return out
 }
 
 // SubPlaceholder in a Frame item's Raw stands for the subscription id.
@@ -44,6 +60,7 @@ func ItemFromEvent(e *event.Event) Item {
 		Kind:      e.Kind,
 		PubKey:    hex.EncodeToString(e.PubKey[:]),
 		ID:        hex.EncodeToString(e.ID[:]),
+		Tags:      letterTags(e.Tags),
 	}
 }
 

@@ -78,6 +78,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.Capacity, "capacity", 0, "events per second the relay serves across all connections (0: no cap)")
 	fs.BoolVar(&o.SendLimitsFrame, "limits-frame", false, `send a ["LIMITS",{...}] frame on connect`)
 	fs.IntVar(&o.MaxMessageLength, "max-message-length", 0, "drop a connection whose client frame is longer (0: no limit)")
+	fs.IntVar(&o.DuplicateEvery, "duplicate-every", 0, "send every Nth event of a page twice (0: never)")
+	fs.BoolVar(&o.DuplicateInLimit, "duplicate-in-limit", false, "duplicate frames count toward the page clamp")
+	fs.IntVar(&o.OmitEvery, "omit-every", 0, "silently drop every Nth event from REQ pages; COUNT still counts it (0: never)")
+	fs.BoolVar(&o.OmitForever, "omit-forever", false, "with -omit-every, drop the same events every time")
+	fs.IntVar(&fo.Future, "future", 0, "events dated 1 minute to 1 day after the fixture's until")
+	fs.IntVar(&fo.FarFuture, "far-future", 0, "events dated in the year 2286")
+	fs.IntVar(&fo.HiddenWall, "hidden-wall", 0, "events in one second whose authors a full page of it does not show")
+	fs.IntVar(&fo.TagWall, "tag-wall", 0, "events of one author and kind in one second that only a #t split fits in pages")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
