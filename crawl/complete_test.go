@@ -52,7 +52,7 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages drop events now and then", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay: testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 97}, finish: crawl.FinishDrained},
 		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
-			relay: testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
+			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
