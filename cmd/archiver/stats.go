@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 
+	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -46,7 +48,32 @@ func runStats(args []string) int {
 			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
 		for _, w := range r.Walls {
 			fmt.Printf("  wall at %d: %d events, complete=%v (%s)\n", w.Second, w.Events, w.Complete, w.Method)
+			for _, why := range w.Unsplit {
+				fmt.Printf("    unproven: %s\n", why)
+			}
+		}
+		for _, c := range r.Coverage {
+			fmt.Printf("  range %s\n", coverageLine(c))
 		}
 	}
 	return 0
+}
+
+// coverageLine shows how one range of a relay was proven held, or why not.
+func coverageLine(c crawl.RangeCoverage) string {
+	until := "open"
+	if c.Until != 0 {
+		until = strconv.FormatInt(c.Until, 10)
+	}
+	line := fmt.Sprintf("[%d, %s]: %s, held %d", c.Since, until, c.Proof, c.Held)
+	if c.Proof != crawl.ProofPaged {
+		line += fmt.Sprintf(", relay COUNT %d", c.Count)
+	}
+	if c.Repaged > 0 {
+		line += fmt.Sprintf(", paged again %d times", c.Repaged)
+	}
+	if c.Why != "" {
+		line += " (" + c.Why + ")"
+	}
+	return line
 }
