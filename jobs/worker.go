@@ -401,7 +401,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, j *Job, deliveries 
 		st.State = StateFailed
 		w.record(ctx, st)
 		_ = msg.Term()
-	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls:
+	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls || st.Finish == crawl.FinishUnproven:
 		st.State = StateDone
 		w.record(ctx, st)
 		_ = msg.Ack()
