@@ -46,6 +46,14 @@ type Options struct {
 	// EventListener receives Pebble's health events (write stalls, slow
 	// disk, low disk space) in addition to the store's own logging.
 	EventListener *pebble.EventListener
+	// ReadOnly opens the archive without writing anything: no lock file
+	// created, no WAL, no compaction; it works on a read-only directory
+	// and coexists with other readers, not with a writer (ErrInUse). Any
+	// write through the store fails. It implies NoCreate.
+	ReadOnly bool
+	// NoCreate refuses (ErrNotArchive) a Dir that does not already hold
+	// an archive, instead of creating one in it.
+	NoCreate bool
 }
 
 func (o *Options) setDefaults() {
@@ -88,6 +96,7 @@ type Store struct {
 	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
 	unqueued   atomic.Bool   // see unqueuedKey
 	hot        *hotCopies
+	damage     damageLog // damaged records met since Open (see Damage)
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
@@ -103,8 +112,19 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.NoCreate || opts.ReadOnly {
+		if err := isArchive(opts.FS, opts.Dir); err != nil {
+			return nil, err
+		}
+	}
+	fs := opts.FS
+	if opts.ReadOnly {
+		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
+	}
 	po := &pebble.Options{
-		FS:                          opts.FS,
+		FS:                          fs,
+		ReadOnly:                    opts.ReadOnly,
+		ErrorIfNotExists:            opts.NoCreate,
 		FormatMajorVersion:          pebble.FormatNewest,
 		MemTableSize:                opts.MemTableSize,
 		MemTableStopWritesThreshold: 4,
@@ -154,6 +174,9 @@ func Open(opts Options) (*Store, error) {
 	po.EventListener = opts.EventListener
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
+		if err := inUse(opts.Dir, err); errors.Is(err, ErrInUse) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
 	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes)}
@@ -333,6 +356,9 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
+	}
+	if pebble.IsCorruptionError(err) {
+		return nil, corrupt(key, err)
 	}
 	if err != nil {
 		return nil, err

@@ -73,7 +73,8 @@ func (s *Store) LoadHot(p *Pending) bool {
 }
 
 // Load fetches p's bytes and relay; p.Raw stays nil when the copy is gone
-// (already resolved). Safe for concurrent use.
+// (already resolved). A copy that cannot be read back is a *CorruptError.
+// Safe for concurrent use.
 func (s *Store) Load(p *Pending) error {
 	if s.LoadHot(p) {
 		return nil
@@ -83,14 +84,14 @@ func (s *Store) Load(p *Pending) error {
 		key = altKey(&p.ID, p.Variant)
 	}
 	v, err := s.get(key)
-	if err != nil {
+	if err != nil || v == nil {
 		return err
 	}
-	if len(v) >= eventHeaderLen {
-		p.Relay = binary.BigEndian.Uint32(v[1:5])
-		p.Raw = v[eventHeaderLen:]
+	if p.Variant != nil && len(v) == 0 {
+		return nil // a resolved alternate
 	}
-	return nil
+	p.Relay, p.Raw, err = decodeEvent(key, v)
+	return err
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and
@@ -338,7 +339,9 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 
 // ForEachValid calls fn with every id whose stored copy verified, in id
 // order. raw is valid only during the callback. Nothing pending or invalid
-// is ever passed: this is what export reads.
+// is ever passed: this is what export reads. A damaged record (a verdict
+// or body that cannot be read back) is skipped and the walk goes on; the
+// error returned then is a *DamageError naming them (errors.Is ErrCorrupt).
 func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
@@ -350,24 +353,59 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 		return err
 	}
 	defer eit.Close()
+	var damage damageLog
+	bad := func(err error) {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			damage.add(ce)
+			s.damage.add(ce)
+		}
+	}
 	ek := make([]byte, 1+idLen)
 	ek[0] = prefixEvent
-	for vit.First(); vit.Valid(); vit.Next() {
-		if v := vit.Value(); len(v) == 0 || v[0] != statusValid {
+	for ok := vit.First(); ok; {
+		v, err := value(vit)
+		if err != nil {
+			bad(err)
+			ok = skipPast(vit, vit.Key())
+			continue
+		}
+		valid, _, _, err := decodeVerdict(vit.Key(), v)
+		if err != nil {
+			bad(err)
+		}
+		if !valid {
+			ok = vit.Next()
 			continue
 		}
 		copy(ek[1:], vit.Key()[1:])
 		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
-			return fmt.Errorf("rawstore: verdict without event %x", ek[1:9])
+			if err := eit.Error(); err != nil {
+				return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+			}
+			bad(corrupt(ek, errors.New("valid verdict without its event")))
+			ok = vit.Next()
+			continue
+		}
+		ev, err := value(eit)
+		var raw []byte
+		if err == nil {
+			_, raw, err = decodeEvent(ek, ev)
+		}
+		if err != nil {
+			bad(err)
+			ok = vit.Next()
+			continue
 		}
 		var id [32]byte
 		copy(id[:], ek[1:])
-		if err := fn(id, eit.Value()[eventHeaderLen:]); err != nil {
+		if err := fn(id, raw); err != nil {
 			return err
 		}
+		ok = vit.Next()
 	}
 	if err := vit.Error(); err != nil {
-		return err
+		return fmt.Errorf("rawstore: read verdicts: %w", err)
 	}
-	return eit.Error()
+	return damage.err()
 }

@@ -13,7 +13,7 @@ import (
 
 func runExport(args []string) int {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	var c common
+	c := common{access: accessReadOnly}
 	out := fs.String("out", "-", "output file (- for stdout)")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
