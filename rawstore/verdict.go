@@ -262,6 +262,10 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	kept, err := s.unrecomputable()
+	if err != nil {
+		return 0, err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
@@ -271,9 +275,21 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	_ = b.Merge(counterKey(CounterValid), delta(-st.Valid), nil)
-	_ = b.Merge(counterKey(CounterInvalid), delta(-st.Invalid), nil)
-	_ = b.Merge(counterKey(CounterPending), delta(st.Valid+st.Invalid), nil)
+	// A verdict whose body cannot be read could not be recomputed: it is
+	// written back after the range delete (later in the batch, so it wins).
+	var keptValid, keptInvalid int64
+	for _, k := range kept {
+		_ = b.Set(k.key, k.verdict, nil)
+		if k.verdict[0] == statusValid {
+			keptValid++
+		} else {
+			keptInvalid++
+			quarantined[string(k.verdict[5:])]++
+		}
+	}
+	_ = b.Merge(counterKey(CounterValid), delta(keptValid-st.Valid), nil)
+	_ = b.Merge(counterKey(CounterInvalid), delta(keptInvalid-st.Invalid), nil)
+	_ = b.Merge(counterKey(CounterPending), delta(st.Valid+st.Invalid-keptValid-keptInvalid), nil)
 	for reason, n := range st.InvalidCopies {
 		_ = b.Merge(counterKey(reasonPrefix+reason), delta(quarantined[reason]-n), nil)
 	}
@@ -286,7 +302,40 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 		return 0, fmt.Errorf("rawstore: reset verdicts: %w", err)
 	}
 	s.unqueued.Store(true)
-	return st.Events, nil
+	return st.Events - int64(len(kept)), nil
+}
+
+type keptVerdict struct{ key, verdict []byte }
+
+// unrecomputable returns the verdicts of primary copies whose bytes cannot
+// be read back (noting each as damage): forgetting them would leave the
+// ids pending for ever, with nothing to judge. It reads every body, as the
+// scan that follows a reset does anyway.
+func (s *Store) unrecomputable() ([]keptVerdict, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []keptVerdict
+	for ok := it.First(); ok; {
+		k := append([]byte(nil), it.Key()...)
+		if _, _, err := s.readEvent(it); err == nil {
+			ok = it.Next()
+			continue
+		}
+		var id [32]byte
+		copy(id[:], k[1:])
+		v, err := s.get(verdictKey(&id))
+		if err != nil && !s.noteDamage(err) {
+			return nil, err
+		}
+		if len(v) >= 5 {
+			out = append(out, keptVerdict{verdictKey(&id), v})
+		}
+		ok = skipPast(it, k)
+	}
+	return out, it.Error()
 }
 
 func (s *Store) quarantineCounts() (map[string]int64, error) {
