@@ -103,7 +103,17 @@ func value(it *pebble.Iterator) ([]byte, error) {
 // skipPast repositions it just after key, clearing the error a failed
 // value read left.
 func skipPast(it *pebble.Iterator, key []byte) bool {
-	return it.SeekGE(append(append([]byte(nil), key...), 0))
+	k := append(append([]byte(nil), key...), 0)
+	unexhaust(it, k)
+	return it.SeekGE(k)
+}
+
+// unexhaust lets the next SeekGE at or after key move: a failed value read
+// leaves the iterator exhausted, and Pebble answers a SeekGE to a later
+// key after a SeekGE from that state without moving (a seek
+// optimization). Any other positioning in between breaks the chain.
+func unexhaust(it *pebble.Iterator, key []byte) {
+	it.SeekLT(key)
 }
 
 // damageLog keeps what the store found damaged since it was opened, so

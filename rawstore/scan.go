@@ -46,8 +46,10 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	defer s.ingestMu.Unlock()
 	upTo := s.pendingSeq.Load()
 	if upTo > s.staleUpTo.Load() {
-		if err := s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync); err != nil {
-			return 0, fmt.Errorf("rawstore: begin verify scan: %w", err)
+		if err := s.gate("begin verify scan", func() error {
+			return s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync)
+		}); err != nil {
+			return 0, err
 		}
 		s.staleUpTo.Store(upTo)
 	}
@@ -70,8 +72,8 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	_ = b.DeleteRange(seqKey(prefixPending, 0), seqKey(prefixPending, upTo+1), nil)
 	_ = b.Delete(scanKey, nil)
 	_ = b.Delete(unqueuedKey, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return n, fmt.Errorf("rawstore: end verify scan: %w", err)
+	if err := s.gate("end verify scan", func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return n, err
 	}
 	s.staleUpTo.Store(0)
 	s.unqueued.Store(false)

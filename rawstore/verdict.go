@@ -120,7 +120,7 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
 		}
 	}
-	return a.b.Commit(pebble.NoSync)
+	return s.gate("record verdicts", func() error { return a.b.Commit(pebble.NoSync) })
 }
 
 type applier struct {
@@ -298,8 +298,8 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 			_ = b.Merge(counterKey(reasonPrefix+reason), delta(n), nil)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return 0, fmt.Errorf("rawstore: reset verdicts: %w", err)
+	if err := s.gate("reset verdicts", func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return 0, err
 	}
 	s.unqueued.Store(true)
 	return st.Events - int64(len(kept)), nil
@@ -440,6 +440,8 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 		var raw []byte
 		if err == nil {
 			_, raw, err = decodeEvent(ek, ev)
+		} else {
+			unexhaust(eit, ek)
 		}
 		if err != nil {
 			bad(err)
