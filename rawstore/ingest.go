@@ -208,8 +208,8 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if record != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return res, fmt.Errorf("rawstore: commit batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+		return res, err
 	}
 	if len(added) > 0 {
 		s.recent.add(added)

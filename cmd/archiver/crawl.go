@@ -94,7 +94,7 @@ func runCrawl(args []string) int {
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		return fail("crawl", fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return fail("crawl", openError(c.data, err))
 	}
 	// Shutdown order: the crawl stops first (its last batches are
 	// committed), then the verify pool finishes its batch, then the store

@@ -18,6 +18,7 @@ Usage:
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
+  archiver check     [--data DIR]
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -45,6 +46,7 @@ func dispatch(args []string) int {
 		"submit":    runSubmit,
 		"jobs":      runJobs,
 		"version":   runVersion,
+		"check":     runCheck,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

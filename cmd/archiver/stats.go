@@ -15,7 +15,7 @@ import (
 
 func runStats(args []string) int {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	var c common
+	c := common{access: accessReadOnly}
 	asJSON := fs.Bool("json", false, "print JSON")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
