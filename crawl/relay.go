@@ -32,6 +32,20 @@ type RelayRecord struct {
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	// NIP-77: what the relay did with it ("ok", or why it refused), the
+	// record cap a NEG-ERR blocked: named (sizes the next first window),
+	// and the ranges proven complete by reconciliation.
+	NIP77     string     `json:"nip77,omitempty"`
+	NegCap    int        `json:"neg_cap,omitempty"`
+	NegProofs []NegProof `json:"neg_proofs,omitempty"`
+}
+
+// NegProof says the archive held every event the relay had in [Since,
+// Until] (Until -1: no upper bound) when reconciled over NIP-77 at At.
+type NegProof struct {
+	Since int64 `json:"since"`
+	Until int64 `json:"until"`
+	At    int64 `json:"at"`
 }
 
 // WallReport records one second that held more events than a page.
@@ -288,18 +302,9 @@ func (r *relayCrawl) finished() (Result, bool) {
 }
 
 func (r *relayCrawl) loadRecord() error {
-	rels, err := r.c.opts.Store.Relays()
-	if err != nil {
-		return err
-	}
-	for _, rel := range rels {
-		if rel.Index == r.idx && len(rel.Record) > 0 {
-			if err := json.Unmarshal(rel.Record, &r.rec); err != nil {
-				return fmt.Errorf("relay record of %s: %w", r.url, err)
-			}
-		}
-	}
-	return nil
+	rec, err := loadRelayRecord(r.c.opts.Store, r.idx)
+	r.rec = rec
+	return err
 }
 
 // refusal counts a refused or failed page and tells the controller.

@@ -54,6 +54,7 @@ type Relay struct {
 	openSubs atomic.Int64
 	reqSeq   atomic.Int64
 	countSeq atomic.Int64
+	negSeq   atomic.Int64 // NEG-MSGs, for NegCloseEvery
 }
 
 // Stats are the relay's counters since New.
@@ -268,6 +269,9 @@ func infoDoc(o *Options) []byte {
 	}
 	if o.SupportCount {
 		nips = append(nips, 45)
+	}
+	if o.NIP77 || o.ListNIP77 {
+		nips = append(nips, 77)
 	}
 	doc, _ := json.Marshal(map[string]any{
 		"name":           "testrelay",
