@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -273,9 +274,19 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 	return []window{{since: w.since, until: mid}, {since: mid + 1, until: w.until}}
 }
 
-// mergeProofs adds fresh proofs, replacing older ones over the same range,
-// and keeps the newest 64.
+// mergeProofs adds fresh proofs (adjacent ones joined, at the earliest
+// time), replacing older ones over the same range, and keeps the newest 64.
 func mergeProofs(old, fresh []NegProof) []NegProof {
+	slices.SortFunc(fresh, func(a, b NegProof) int { return cmp.Compare(a.Since, b.Since) })
+	var joined []NegProof
+	for _, p := range fresh {
+		if n := len(joined); n > 0 && joined[n-1].Until != -1 && joined[n-1].Until+1 == p.Since {
+			joined[n-1].Until, joined[n-1].At = p.Until, min(joined[n-1].At, p.At)
+			continue
+		}
+		joined = append(joined, p)
+	}
+	fresh = joined
 	out := slices.DeleteFunc(old, func(p NegProof) bool {
 		return slices.ContainsFunc(fresh, func(f NegProof) bool { return f.Since == p.Since && f.Until == p.Until })
 	})
