@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
+	"time"
 
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
@@ -46,6 +48,20 @@ func runStats(args []string) int {
 			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
 		for _, w := range r.Walls {
 			fmt.Printf("  wall at %d: %d events, complete=%v (%s)\n", w.Second, w.Events, w.Complete, w.Method)
+		}
+		if r.NIP77 != "" {
+			fmt.Printf("  NIP-77 %s", r.NIP77)
+			if r.NegCap > 0 {
+				fmt.Printf(" (record cap %d)", r.NegCap)
+			}
+			fmt.Println()
+		}
+		for _, p := range r.NegProofs {
+			until := strconv.FormatInt(p.Until, 10)
+			if p.Until < 0 {
+				until = "no bound"
+			}
+			fmt.Printf("  proven complete by NIP-77 over [%d, %s] at %s\n", p.Since, until, time.Unix(p.At, 0).UTC().Format(time.RFC3339))
 		}
 	}
 	return 0
