@@ -66,6 +66,7 @@ type relayCrawl struct {
 	log     *zap.Logger
 	limit   int // requested page limit
 	count   bool
+	nip77   bool // NIP-11 lists 77: negWall may finish a wall REQ could not
 	conns   *connPool
 	metrics *relayMetrics
 
@@ -109,6 +110,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	} else {
 		r.rec.NIP11 = &doc.Limitation
 		r.count = doc.Supports(45)
+		r.nip77 = doc.Supports(77)
 	}
 	r.limit = c.pageLimit(doc)
 	r.rec.RequestedLimit = r.limit

@@ -170,3 +170,32 @@ func TestSyncModes(t *testing.T) {
 		})
 	}
 }
+
+// A wall REQ cannot split (one author, one kind, more than a page) ends
+// incomplete over REQ alone (TestFinishReasons); a relay that offers
+// NIP-77 lets the crawl finish that second and report drained.
+func TestWallFinishedOverNIP77(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 2, Events: 1500, UnsplittableWall: 700, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{MaxLimit: 300, SupportCount: true, NIP77: true}, f.Items)
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{PageTimeout: time.Second}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("crawl: %v", res[0])
+	}
+	rec := a.record(t)
+	var wall *crawl.WallReport
+	for i := range rec.Walls {
+		if rec.Walls[i].Second == f.UnsplittableAt {
+			wall = &rec.Walls[i]
+		}
+	}
+	if wall == nil || !wall.Complete || !strings.HasSuffix(wall.Method, "+nip77") || wall.Events != f.UnsplittableSize {
+		t.Fatalf("wall report %+v, want complete by nip77 with %d events", wall, f.UnsplittableSize)
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}

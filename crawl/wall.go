@@ -62,6 +62,15 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	case full && !st.Verified:
 		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and "+noCount)
 	}
+	if !report.Complete && r.nip77 {
+		// REQ could not finish the second; reconciliation can.
+		if ok, n, err := r.negWall(ctx, second); err != nil {
+			report.Unsplit = append(report.Unsplit, "NIP-77: "+err.Error())
+		} else if ok {
+			report.Complete, report.Method, report.Unsplit = true, report.Method+"+nip77", nil
+			report.Events += n
+		}
+	}
 	r.log.Info("wall", zap.Int64("second", second), zap.Int("events", report.Events),
 		zap.Bool("complete", report.Complete), zap.String("method", report.Method), zap.Strings("unsplit", report.Unsplit))
 	r.mu.Lock()
