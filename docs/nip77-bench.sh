@@ -18,6 +18,7 @@ PORT_99=${PORT_99:-17772}
 relay_pid=
 start_relay() { # port, args...
 	local port=$1; shift
+	rm -f "$W/relay.err" # the wait below must not see the last relay's lines
 	"$W/testrelay" -listen "127.0.0.1:$port" "$@" >"$W/relay.out" 2>"$W/relay.err" &
 	relay_pid=$!
 	until grep -q serving "$W/relay.err" 2>/dev/null; do
@@ -58,7 +59,7 @@ run_case() { # name, archive to copy or "", archiver verb
 	start_relay $PORT_FULL "${FULL[@]}"
 	local m
 	m=$(measure "$name" "$verb" --no-verify --data "$W/$name.data" "$URL")
-	echo "$m|$(stop_relay)|$(tail -2 "$W/$name.err" | head -1 | cut -c1-200)"
+	echo "$m|$(stop_relay)|$(grep -m1 "^$URL" "$W/$name.err" | cut -c1-160)"
 }
 echo "case|wall clock|peak RSS KiB|bytes received|archiver says"
 run_case resync-nip77 "$W/a99" sync
