@@ -33,6 +33,7 @@ type conn struct {
 	// Owned by the reader; subs is also read by Add's live delivery,
 	// under subsMu.
 	authed bool
+	negs   map[string]*negState // NIP-77 reconciliations (neg.go)
 	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
@@ -468,6 +469,8 @@ func (c *conn) handle(data []byte, o *Options) {
 			id = e.ID
 		}
 		c.sendMsg("OK", id, false, "blocked: this relay is read-only")
+	case "NEG-OPEN", "NEG-MSG", "NEG-CLOSE":
+		c.onNeg(label, msg[1:], o)
 	default:
 		c.sendMsg("NOTICE", "ERROR: unknown cmd: "+label)
 	}

@@ -15,6 +15,7 @@ const usage = `archiver: archive Nostr relays completely.
 Usage:
   archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--log-format auto|console|json]
   archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] RELAY_URL...
+  archiver sync      [--data DIR] [--since T] [--until T] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
@@ -47,6 +48,7 @@ func dispatch(args []string) int {
 		"jobs":      runJobs,
 		"version":   runVersion,
 		"check":     runCheck,
+		"sync":      runSync,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

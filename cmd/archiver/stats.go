@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/status"
@@ -54,6 +55,20 @@ func runStats(args []string) int {
 		}
 		for _, c := range r.Coverage {
 			fmt.Printf("  range %s\n", coverageLine(c))
+		}
+		if r.NIP77 != "" {
+			fmt.Printf("  NIP-77 %s", r.NIP77)
+			if r.NegCap > 0 {
+				fmt.Printf(" (record cap %d)", r.NegCap)
+			}
+			fmt.Println()
+		}
+		for _, p := range r.NegProofs {
+			until := strconv.FormatInt(p.Until, 10)
+			if p.Until < 0 {
+				until = "no bound"
+			}
+			fmt.Printf("  proven complete by NIP-77 over [%d, %s] at %s\n", p.Since, until, time.Unix(p.At, 0).UTC().Format(time.RFC3339))
 		}
 	}
 	return 0
