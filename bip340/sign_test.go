@@ -144,7 +144,7 @@ func TestPrivateKeyRedacted(t *testing.T) {
 		"%s": fmt.Sprintf("%s", k), "%x": fmt.Sprintf("%x", k), "%X": fmt.Sprintf("%X", k),
 		"value %v": fmt.Sprintf("%v", *k), "value %#v": fmt.Sprintf("%#v", *k), "value %x": fmt.Sprintf("%x", *k),
 		"in struct %+v": fmt.Sprintf("%+v", struct{ K *PrivateKey }{k}),
-		"json": string(js), "json value": string(jsv), "text": string(txt), "String": k.String(),
+		"json":          string(js), "json value": string(jsv), "text": string(txt), "String": k.String(),
 	}
 	for name, out := range outs {
 		if strings.Contains(strings.ToLower(out), secret) {
