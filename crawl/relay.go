@@ -32,6 +32,7 @@ type RelayRecord struct {
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
 }
 
 // WallReport records one second that held more events than a page.

@@ -32,6 +32,7 @@ type conn struct {
 	// Owned by the reader; subs is also read by Add's live delivery,
 	// under subsMu.
 	authed bool
+	authAs string // the hex pubkey authed as
 	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
@@ -501,6 +502,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	}
 	if o.AuthRequired && !c.authed {
 		c.refuse("CLOSED", id, reason(o, "auth-required", "this relay serves authenticated clients only"))
+		return
+	}
+	if o.AuthRequired && o.AuthAllow != nil && !slices.Contains(o.AuthAllow, c.authAs) {
+		c.refuse("CLOSED", id, reason(o, "restricted", "this key is not a member of this relay"))
 		return
 	}
 	if !c.r.allow(c, o) {
