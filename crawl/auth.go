@@ -35,7 +35,13 @@ type connAuth struct {
 	challenge chan struct{} // closed once a challenge has arrived; made lazily
 	got       bool          // challenge is closed
 	lock      chan struct{} // one AUTH at a time; made lazily
-	waiting   map[[32]byte]chan frame.Msg
+	waiting   map[[32]byte]pendingAuth
+}
+
+// pendingAuth is an AUTH event sent and not yet answered.
+type pendingAuth struct {
+	pubkey [32]byte
+	answer chan frame.Msg // buffered 1, sent once
 }
 
 // challenged notes a challenge. Caller holds Conn.mu.
@@ -49,11 +55,16 @@ func (a *connAuth) challenged() {
 	}
 }
 
-// ok hands an OK frame to the AUTH waiting for it. Caller holds Conn.mu.
+// ok hands an OK frame to the AUTH waiting for it. The connection counts
+// as authenticated from here, in frame order: a refusal that follows the
+// OK must see it so. Caller holds Conn.mu.
 func (a *connAuth) ok(m frame.Msg) {
-	if ch, ok := a.waiting[m.ID]; ok {
+	if p, ok := a.waiting[m.ID]; ok {
 		delete(a.waiting, m.ID)
-		ch <- m // buffered 1, sent once
+		if m.Accepted {
+			a.authed, a.pubkey = true, p.pubkey
+		}
+		p.answer <- m
 	}
 }
 
@@ -67,8 +78,9 @@ func (c *Conn) Authed() bool {
 // Authenticate answers the relay's challenge with key and waits, at most
 // timeout for the challenge and as long again for the relay's OK. Callers
 // that race (several REQs closed at once) share one AUTH: the later ones
-// return nil once it is accepted. An OK false wraps ErrAuthRejected.
-func (c *Conn) Authenticate(ctx context.Context, key *bip340.PrivateKey, timeout time.Duration) error {
+// return nil once it is accepted, with sent false. An OK false wraps
+// ErrAuthRejected.
+func (c *Conn) Authenticate(ctx context.Context, key *bip340.PrivateKey, timeout time.Duration) (sent bool, err error) {
 	c.mu.Lock()
 	if c.auth.lock == nil {
 		c.auth.lock = make(chan struct{}, 1)
@@ -82,11 +94,17 @@ func (c *Conn) Authenticate(ctx context.Context, key *bip340.PrivateKey, timeout
 	case lock <- struct{}{}:
 		defer func() { <-lock }()
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	if c.Authed() {
-		return nil
+		return false, nil
 	}
+	return true, c.authenticate(ctx, key, timeout, challenged)
+}
+
+// authenticate sends one AUTH and waits for its OK. Caller holds the
+// connection's AUTH lock.
+func (c *Conn) authenticate(ctx context.Context, key *bip340.PrivateKey, timeout time.Duration, challenged <-chan struct{}) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -110,9 +128,9 @@ func (c *Conn) Authenticate(ctx context.Context, key *bip340.PrivateKey, timeout
 	answer := make(chan frame.Msg, 1)
 	c.mu.Lock()
 	if c.auth.waiting == nil {
-		c.auth.waiting = map[[32]byte]chan frame.Msg{}
+		c.auth.waiting = map[[32]byte]pendingAuth{}
 	}
-	c.auth.waiting[e.ID] = answer
+	c.auth.waiting[e.ID] = pendingAuth{pubkey: e.PubKey, answer: answer}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -129,9 +147,6 @@ func (c *Conn) Authenticate(ctx context.Context, key *bip340.PrivateKey, timeout
 		if !m.Accepted {
 			return fmt.Errorf("%w: %s", ErrAuthRejected, m.Message)
 		}
-		c.mu.Lock()
-		c.auth.authed, c.auth.pubkey = true, e.PubKey
-		c.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -167,12 +182,14 @@ func (r *relayCrawl) answerAuth(ctx context.Context, pc *poolConn, page *Page) a
 		r.fail(FinishAuthRequired, fmt.Sprintf("%s (after the relay accepted AUTH as pubkey %s)", page.Reason, hex.EncodeToString(pub[:])))
 		return authStop
 	}
-	err := pc.c.Authenticate(ctx, key, r.c.opts.PageTimeout)
+	sent, err := pc.c.Authenticate(ctx, key, r.c.opts.PageTimeout)
 	pub := key.PublicKey()
 	switch {
 	case err == nil:
-		r.noteAuth()
-		r.log.Debug("authenticated", zap.String("pubkey", hex.EncodeToString(pub[:])))
+		if sent {
+			r.noteAuth()
+			r.log.Debug("authenticated", zap.String("pubkey", hex.EncodeToString(pub[:])))
+		}
 		return authResend
 	case ctx.Err() != nil:
 		return authStop

@@ -124,7 +124,7 @@ func (c *Crawler) authAnswered(ctx context.Context, conn *Conn, url string, page
 	if act, _ := classify(page.Reason); act != actAuth || key == nil {
 		return false
 	}
-	if err := conn.Authenticate(ctx, key, c.opts.PageTimeout); err != nil {
+	if _, err := conn.Authenticate(ctx, key, c.opts.PageTimeout); err != nil {
 		c.opts.Logger.Info("tail AUTH failed", zap.String("relay", url), zap.Error(err))
 		return false
 	}

@@ -147,7 +147,10 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 		case EndClosed:
 			act, _ := classify(page.Reason)
 			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
-				if err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {
+				if sent, err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {
+					if sent {
+						r.noteAuth()
+					}
 					continue // re-send the COUNT, authenticated
 				}
 			}
