@@ -14,7 +14,7 @@ const usage = `archiver: archive Nostr relays completely.
 
 Usage:
   archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--log-format auto|console|json]
-  archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] RELAY_URL...
+  archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] [--auth-key-file [RELAY_URL=]PATH] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
