@@ -34,6 +34,7 @@ type RelayRecord struct {
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.

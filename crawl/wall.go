@@ -304,7 +304,16 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 		case EndEOSE:
 			return page.Count, true
 		case EndClosed:
-			if act, _ := classify(page.Reason); act != actBackoff {
+			act, _ := classify(page.Reason)
+			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
+				if sent, err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {
+					if sent {
+						r.noteAuth()
+					}
+					continue // re-send the COUNT, authenticated
+				}
+			}
+			if act != actBackoff {
 				return 0, false
 			}
 			r.refusal("rate-limited", adaptive.RateLimited)

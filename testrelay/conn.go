@@ -34,6 +34,7 @@ type conn struct {
 	// under subsMu.
 	authed bool
 	negs   map[string]*negState // NIP-77 reconciliations (neg.go)
+	authAs string               // the hex pubkey authed as
 	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
@@ -512,6 +513,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	}
 	if o.AuthRequired && !c.authed {
 		c.refuse("CLOSED", id, reason(o, "auth-required", "this relay serves authenticated clients only"))
+		return
+	}
+	if o.AuthRequired && o.AuthAllow != nil && !slices.Contains(o.AuthAllow, c.authAs) {
+		c.refuse("CLOSED", id, reason(o, "restricted", "this key is not a member of this relay"))
 		return
 	}
 	if !c.r.allow(c, o) {

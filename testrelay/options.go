@@ -78,6 +78,11 @@ type Options struct {
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a
 	// valid NIP-42 kind-22242 event for that challenge.
 	AuthRequired bool
+	// AuthAllow, with AuthRequired, is the whitelist of hex pubkeys the
+	// relay serves: a connection authenticated as any other key gets
+	// CLOSED "restricted: ..." for its REQs and COUNTs. Nil serves every
+	// authenticated key.
+	AuthAllow []string
 
 	// SupportCount answers NIP-45 COUNT; otherwise COUNT gets CLOSED
 	// "unsupported: ...".

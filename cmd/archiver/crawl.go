@@ -34,6 +34,8 @@ func runCrawl(args []string) int {
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
 	)
+	var keyFiles repeated
+	fs.Var(&keyFiles, "auth-key-file", authKeyFileHelp)
 	c.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.\nRELAY_URL: wss://host[:port][/path], ws://host[:port][/path], or a bare host (wss://host).")
@@ -75,6 +77,9 @@ func runCrawl(args []string) int {
 	}
 	if err := opts.Check(); err != nil {
 		return usageError("crawl", err)
+	}
+	if opts.AuthKeys, err = loadAuthKeys(keyFiles); err != nil {
+		return usageError("--auth-key-file", err)
 	}
 	log, err := c.logger()
 	if err != nil {
@@ -159,6 +164,9 @@ func runCrawl(args []string) int {
 // hint says what to try next after a relay could not be reached, from the
 // cause the crawl reported.
 func hint(r crawl.Result) string {
+	if h, ok := authHints[r.Finish]; ok {
+		return h
+	}
 	if r.Finish != crawl.FinishUnreachable {
 		return ""
 	}
