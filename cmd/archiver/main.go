@@ -17,6 +17,7 @@ Usage:
   archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
+  archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
@@ -41,6 +42,7 @@ func dispatch(args []string) int {
 		"crawl":     runCrawl,
 		"reprocess": runReprocess,
 		"export":    runExport,
+		"import":    runImport,
 		"stats":     runStats,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
