@@ -19,6 +19,7 @@ Usage:
   archiver export    [--data DIR] [--out FILE]
   archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
+  archiver show      [--data DIR] [--json] EVENT_ID
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -44,6 +45,7 @@ func dispatch(args []string) int {
 		"export":    runExport,
 		"import":    runImport,
 		"stats":     runStats,
+		"show":      runShow,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
 		"version":   runVersion,
