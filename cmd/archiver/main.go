@@ -18,8 +18,10 @@ Usage:
   archiver sync      [--data DIR] [--since T] [--until T] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
+  archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]
+  archiver show      [--data DIR] [--json] EVENT_ID
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -43,7 +45,9 @@ func dispatch(args []string) int {
 		"crawl":     runCrawl,
 		"reprocess": runReprocess,
 		"export":    runExport,
+		"import":    runImport,
 		"stats":     runStats,
+		"show":      runShow,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
 		"version":   runVersion,

@@ -9,7 +9,11 @@ import (
 	"strconv"
 	"time"
 
+	"strings"
+
 	"github.com/nostr-archiver/archiver/crawl"
+
+	"github.com/nostr-archiver/archiver/importer"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -45,6 +49,10 @@ func runStats(args []string) int {
 		fmt.Printf("  invalid copies, %s: %d\n", r, rep.InvalidCopies[r])
 	}
 	for _, r := range rep.Relays {
+		if strings.HasPrefix(r.URL, importer.SourcePrefix) {
+			fmt.Printf("\n%s\n  new events %d, copies %d, lines quarantined %d\n", r.URL, r.Counters["new"], r.Counters["copies"], r.Counters["malformed"])
+			continue
+		}
 		fmt.Printf("\n%s\n  finish %s %s\n  pages %d, new events %d, copies %d, effective limit %d\n",
 			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
 		for _, w := range r.Walls {
