@@ -132,8 +132,8 @@ func TestImportFixture(t *testing.T) {
 		3:  "not json at all",
 		10: `{"kind":1,"content":"no id"}`,
 		11: `["EVENT","x",{}]`,
-		20: "", // too long: set below
-		30: `{"id":"` + strings.Repeat("b", 64) + `","created_at":1`,                                                 // cut
+		20: "",                                                       // too long: set below
+		30: `{"id":"` + strings.Repeat("b", 64) + `","created_at":1`, // cut
 	}
 	maxLine := 0
 	for _, l := range f.Items {
