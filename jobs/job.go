@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/discover"
 )
 
 // Modes of a job.
@@ -250,21 +251,11 @@ func checkTarget(ctx context.Context, relay string, resolve func(context.Context
 		return fmt.Errorf("relay %q: %s has no addresses", relay, host)
 	}
 	for _, a := range addrs {
-		if private(a) {
+		if discover.PrivateAddr(a) {
 			return fmt.Errorf("relay %q: %s is a private target (%s)", relay, host, a)
 		}
 	}
 	return nil
-}
-
-var sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598 carrier-grade NAT
-
-// private reports addresses a job must not make the archiver probe.
-func private(a netip.Addr) bool {
-	a = a.Unmap()
-	return !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() ||
-		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsMulticast() ||
-		a.IsUnspecified() || sharedSpace.Contains(a)
 }
 
 // shardID names shard k of job id.

@@ -68,7 +68,7 @@ resumes where it stopped, or, once done, reads only what was appended.`)
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		return fail("import", fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return fail("import", openError(c.data, err))
 	}
 	// Shutdown order: the import stops (its batches are committed), the
 	// verify pool finishes, then the store closes.

@@ -21,6 +21,7 @@ Usage:
   archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]
+  archiver relays    [--data DIR] [--json]
   archiver show      [--data DIR] [--json] EVENT_ID
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
@@ -48,6 +49,7 @@ func dispatch(args []string) int {
 		"import":    runImport,
 		"stats":     runStats,
 		"show":      runShow,
+		"relays":    runRelays,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
 		"version":   runVersion,
