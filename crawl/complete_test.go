@@ -35,7 +35,7 @@ func TestCompleteness(t *testing.T) {
 		relay   testrelay.Options
 		finish  string // drained, or the honest reason
 		detail  string
-		missing int // valid events a relay never serves (the unproven case)
+		missing int    // valid events a relay never serves (the unproven case)
 		proof   string // every range's proof when drained (default: count where the relay counts)
 	}{
 		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
