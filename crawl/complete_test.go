@@ -1,13 +1,16 @@
 package crawl_test
 
 import (
+	"context"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/zap/zaptest"
 )
 
 // clockAt returns a clock that reads at as now and runs on from there, so
@@ -112,4 +115,41 @@ func TestCompleteness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An open job's newest shard has no until, and its cursors are as
+// crash-safe as any: a crawl stopped after a few commits resumes and
+// archives everything, future-dated events included.
+func TestOpenTopResumes(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, Future: 20, FarFuture: 3, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{MaxLimit: 50, SupportCount: true}, f.Items)
+	a := openArchive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	commits := atomic.Int64{}
+	c, err := crawl.New(crawl.Options{Store: a.store, Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1,
+		Logger: zaptest.NewLogger(t), OnCommit: func() {
+			if commits.Add(1) == 8 {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := c.Run(ctx, []string{relay.URL()}); res[0].Finish != crawl.FinishCanceled {
+		t.Fatalf("first run: %v, want canceled", res[0])
+	}
+	if got := len(a.exported(t)); got >= len(f.Valid) {
+		t.Fatalf("the first run archived %d of %d: it stopped too late to test a resume", got, len(f.Valid))
+	}
+	res := a.crawl(t, crawl.Options{Now: clockAt(f.Until), Shards: 2}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("resumed run: %v", res[0])
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
 }
