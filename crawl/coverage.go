@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -104,7 +105,16 @@ func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
 		t = newTally(s.Cursor)
 		r.tallies[s.ID] = t
 	}
-	t.add(s.Since, s.Cursor, items, malformed)
+	// The queue's Since, not the worker's: a steal may have given the
+	// lower part of the page's range to another shard, whose tally
+	// counts it.
+	since := s.Since
+	for _, q := range r.queue.Shards() {
+		if q.ID == s.ID {
+			since = max(since, q.Since)
+		}
+	}
+	t.add(since, s.Cursor, items, malformed)
 }
 
 // tallyIDs counts a wall's ids into shard id's tally.
@@ -292,20 +302,38 @@ func copies(items []Item) []rawstore.Copy {
 // showed anywhere.
 func (r *relayCrawl) retryWalls(ctx context.Context) {
 	r.mu.Lock()
-	var seconds []int64
+	before := map[int64]int{} // second -> distinct ids the first try held
 	for _, w := range r.rec.Walls {
 		if !w.Complete {
-			seconds = append(seconds, w.Second)
+			before[w.Second] = w.Events
 		}
 	}
 	r.mu.Unlock()
-	slices.Sort(seconds)
-	for _, s := range seconds {
+	for _, s := range slices.Sorted(maps.Keys(before)) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := r.completeWall(ctx, s); err != nil {
+		ids, err := r.completeWall(ctx, s)
+		if err != nil {
 			r.log.Info("wall retry failed", zap.Int64("second", s), zap.Error(err))
+			continue
+		}
+		r.tallyGain(s, int64(len(ids)-before[s]))
+	}
+}
+
+// tallyGain adds n ids found late for second to the tally of the shard
+// that paged it.
+func (r *relayCrawl) tallyGain(second, n int64) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.queue.Shards() {
+		if t := r.tallies[s.ID]; t != nil && s.Since <= second && second <= t.top {
+			t.held += n
+			return
 		}
 	}
 }
