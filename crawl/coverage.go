@@ -94,27 +94,27 @@ func (t *tally) addIDs(second int64, ids map[[32]byte]bool) {
 	}
 }
 
-// tally counts a page of shard s (as it stood when the page was asked)
-// and shows its authors to the known-author set.
+// tally counts a page of shard s asked for [s.Since, s.Cursor] and
+// shows its authors to the known-author set.
 func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.tallyLocked(s, s.Cursor, items, malformed)
+}
+
+// tallyLocked counts a page of shard s asked with until. It runs where the
+// queue advances the shard (commit's State, under r.mu), with s as the
+// queue has it: a steal splits a shard at or below its queue cursor, so
+// the events counted here stay in s's range, and a steal that came first
+// has raised s.Since. Caller holds r.mu.
+func (r *relayCrawl) tallyLocked(s shard.Shard, until int64, items []Item, malformed int) {
 	r.known.observe(items)
 	t := r.tallies[s.ID]
 	if t == nil {
-		t = newTally(s.Cursor)
+		t = newTally(until)
 		r.tallies[s.ID] = t
 	}
-	// The queue's Since, not the worker's: a steal may have given the
-	// lower part of the page's range to another shard, whose tally
-	// counts it.
-	since := s.Since
-	for _, q := range r.queue.Shards() {
-		if q.ID == s.ID {
-			since = max(since, q.Since)
-		}
-	}
-	t.add(since, s.Cursor, items, malformed)
+	t.add(s.Since, until, items, malformed)
 }
 
 // tallyIDs counts a wall's ids into shard id's tally.

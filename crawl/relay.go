@@ -395,6 +395,7 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 				return nil, nil, err
 			}
 			states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+			r.tallyLocked(s, advance.until, items, advance.malformed)
 		}
 		rec, err := json.Marshal(&r.rec)
 		return states, rec, err
@@ -409,6 +410,11 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 type shardAdvance struct {
 	id     string
 	cursor int64
+	// until is the `until` the page's REQ asked: the committed items are
+	// tallied for the COUNT audit as the queue has the shard then (see
+	// tallyLocked).
+	until     int64
+	malformed int
 }
 
 // backoff sleeps for the attempt-th retry: exponential with full jitter.
