@@ -153,3 +153,59 @@ func TestOpenTopResumes(t *testing.T) {
 	a.verify(t)
 	assertExactValidSet(t, a, f)
 }
+
+// A live tail that has seen a far-future event resumes, after a dropped
+// connection, from now, not from the year 2286: else the relay would
+// filter out every event published meanwhile. On main the event
+// published after the drop was never archived.
+func TestTailResumesBeforeFarFuture(t *testing.T) {
+	checkLeaks(t)
+	now := time.Now().Unix()
+	// Dated around the real clock, so not cached: 31 signatures.
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 18, Events: 30, FarFuture: 1, Since: now - 1800, Until: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var history, later []testrelay.Item
+	for _, it := range f.Items {
+		if len(later) < 5 && it.CreatedAt <= now {
+			later = append(later, it)
+		} else {
+			history = append(history, it)
+		}
+	}
+	relay := startRelay(t, testrelay.Options{}, history)
+	a := openArchive(t)
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done }) // before the store closes, even on failure
+	go func() {
+		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: now - 3600, Flush: 10 * time.Millisecond, Overlap: time.Hour})
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	held := func(n int64) func() bool {
+		return func() bool { st, _ := a.store.Stats(); return st.Events >= n }
+	}
+	waitFor("the history", held(int64(len(history))))
+	// The next event sent on this connection drops it; the tail
+	// reconnects from its resume point.
+	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = len(history) + 1 })
+	relay.Add(later[0])
+	waitFor("a dropped connection", func() bool { return relay.Stats().Drops > 0 })
+	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 0 })
+	relay.Add(later[1:]...)
+	waitFor("the events published after the drop", held(int64(len(f.Valid))))
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
