@@ -154,10 +154,15 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 		act, prefix := classify(page.Reason)
 		switch act {
 		case actAuth:
-			r.fail(FinishAuthRequired, page.Reason)
-			return false
+			if r.answerAuth(ctx, pc, page) != authRetry {
+				return false // re-sent at once, or the relay's crawl is over
+			}
 		case actGiveUp:
-			r.fail(FinishRefused, page.Reason)
+			if prefix == PrefixRestricted {
+				r.fail(FinishRestricted, r.restrictedDetail(pc, page.Reason))
+			} else {
+				r.fail(FinishRefused, page.Reason)
+			}
 			return false
 		case actBackoff:
 			// The relay asked us to slow down: that is not a failure of

@@ -34,10 +34,26 @@ type RelayRecord struct {
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
 	Coverage []RangeCoverage `json:"coverage,omitempty"`
+
+	// NIP-77: what the relay did with it ("ok", or why it refused), the
+	// record cap a NEG-ERR blocked: named (sizes the next first window),
+	// and the ranges proven complete by reconciliation.
+	NIP77     string     `json:"nip77,omitempty"`
+	NegCap    int        `json:"neg_cap,omitempty"`
+	NegProofs []NegProof `json:"neg_proofs,omitempty"`
+}
+
+// NegProof says the archive held every event the relay had in [Since,
+// Until] (Until -1: no upper bound) when reconciled over NIP-77 at At.
+type NegProof struct {
+	Since int64 `json:"since"`
+	Until int64 `json:"until"`
+	At    int64 `json:"at"`
 }
 
 // WallReport records one second that held more events than a page.
@@ -58,6 +74,7 @@ type relayCrawl struct {
 	log     *zap.Logger
 	limit   int // requested page limit
 	count   bool
+	nip77   bool // NIP-11 lists 77: negWall may finish a wall REQ could not
 	conns   *connPool
 	metrics *relayMetrics
 
@@ -108,6 +125,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	} else {
 		r.rec.NIP11 = &doc.Limitation
 		r.count = doc.Supports(45)
+		r.nip77 = doc.Supports(77)
 	}
 	r.limit = c.pageLimit(doc)
 	r.rec.RequestedLimit = r.limit
@@ -326,18 +344,9 @@ func (r *relayCrawl) finished() (Result, bool) {
 }
 
 func (r *relayCrawl) loadRecord() error {
-	rels, err := r.c.opts.Store.Relays()
-	if err != nil {
-		return err
-	}
-	for _, rel := range rels {
-		if rel.Index == r.idx && len(rel.Record) > 0 {
-			if err := json.Unmarshal(rel.Record, &r.rec); err != nil {
-				return fmt.Errorf("relay record of %s: %w", r.url, err)
-			}
-		}
-	}
-	return nil
+	rec, err := loadRelayRecord(r.c.opts.Store, r.idx)
+	r.rec = rec
+	return err
 }
 
 // refusal counts a refused or failed page and tells the controller.

@@ -44,12 +44,15 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) (map[[32]by
 		if w.proven() {
 			break
 		}
+		if step.when != nil && !step.when(r) {
+			continue
+		}
 		methods = append(methods, step.name)
 		if err := step.run(ctx, r, w); err != nil {
 			return nil, err
 		}
 	}
-	report := WallReport{Second: second, Events: len(w.ids), Complete: w.proven(), Method: strings.Join(methods, "+")}
+	report := WallReport{Second: second, Events: len(w.ids) + w.negFetched, Complete: w.proven(), Method: strings.Join(methods, "+")}
 	if report.Method == "" {
 		report.Method = "page"
 	}
@@ -81,14 +84,32 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) (map[[32]by
 type wallStep struct {
 	name string
 	run  func(ctx context.Context, r *relayCrawl, w *wallRun) error
+	when func(r *relayCrawl) bool // nil: always
 }
 
-// wallSteps, cheapest first. A NIP-77 reconciliation of the second goes
-// last: append {"nip77", negWall} here.
+// wallSteps, cheapest first; a step whose when is false for the relay is
+// skipped.
 var wallSteps = []wallStep{
-	{"kind+author", splitStep},
-	{"known-authors", knownStep},
-	{"tags", tagStep},
+	{name: "kind+author", run: splitStep},
+	{name: "known-authors", run: knownStep},
+	{name: "tags", run: tagStep},
+	{name: "nip77", run: negStep, when: func(r *relayCrawl) bool { return r.nip77 }},
+}
+
+// negStep reconciles the second over NIP-77: the archive fetches by id what
+// it lacks, and a reconciliation that leaves nothing missing proves the
+// second held whatever COUNT says.
+func negStep(ctx context.Context, r *relayCrawl, w *wallRun) error {
+	ok, n, err := r.negWall(ctx, w.plan.Second())
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		w.unsplit = append(w.unsplit, "NIP-77: "+err.Error())
+	default:
+		w.reconciled, w.negFetched = ok, n
+	}
+	return nil
 }
 
 // wallRun is one wall's state across its steps.
@@ -100,12 +121,19 @@ type wallRun struct {
 	full    bool  // the whole second came back full
 	count   int64 // the relay's COUNT for the second, -1 if unknown
 	unsplit []string
+	// reconciled: a NIP-77 reconciliation of the second left nothing
+	// missing; negFetched ids it fetched.
+	reconciled bool
+	negFetched int
 }
 
 // proven reports whether every event of the second is held: as many
 // distinct ids as the relay counts, or, without a count, a whole-second
 // page that was not full.
 func (w *wallRun) proven() bool {
+	if w.reconciled {
+		return true
+	}
 	if w.count >= 0 {
 		return int64(len(w.ids)) >= w.count
 	}
@@ -276,7 +304,16 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 		case EndEOSE:
 			return page.Count, true
 		case EndClosed:
-			if act, _ := classify(page.Reason); act != actBackoff {
+			act, _ := classify(page.Reason)
+			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
+				if sent, err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {
+					if sent {
+						r.noteAuth()
+					}
+					continue // re-send the COUNT, authenticated
+				}
+			}
+			if act != actBackoff {
 				return 0, false
 			}
 			r.refusal("rate-limited", adaptive.RateLimited)

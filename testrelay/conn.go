@@ -33,6 +33,8 @@ type conn struct {
 	// Owned by the reader; subs is also read by Add's live delivery,
 	// under subsMu.
 	authed bool
+	negs   map[string]*negState // NIP-77 reconciliations (neg.go)
+	authAs string               // the hex pubkey authed as
 	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
@@ -468,6 +470,8 @@ func (c *conn) handle(data []byte, o *Options) {
 			id = e.ID
 		}
 		c.sendMsg("OK", id, false, "blocked: this relay is read-only")
+	case "NEG-OPEN", "NEG-MSG", "NEG-CLOSE":
+		c.onNeg(label, msg[1:], o)
 	default:
 		c.sendMsg("NOTICE", "ERROR: unknown cmd: "+label)
 	}
@@ -509,6 +513,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	}
 	if o.AuthRequired && !c.authed {
 		c.refuse("CLOSED", id, reason(o, "auth-required", "this relay serves authenticated clients only"))
+		return
+	}
+	if o.AuthRequired && o.AuthAllow != nil && !slices.Contains(o.AuthAllow, c.authAs) {
+		c.refuse("CLOSED", id, reason(o, "restricted", "this key is not a member of this relay"))
 		return
 	}
 	if !c.r.allow(c, o) {

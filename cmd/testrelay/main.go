@@ -86,6 +86,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&fo.FarFuture, "far-future", 0, "events dated in the year 2286")
 	fs.IntVar(&fo.HiddenWall, "hidden-wall", 0, "events in one second whose authors a full page of it does not show")
 	fs.IntVar(&fo.TagWall, "tag-wall", 0, "events of one author and kind in one second that only a #t split fits in pages")
+	fs.BoolVar(&o.NIP77, "nip77", false, "answer NIP-77 negentropy (NEG-OPEN/NEG-MSG/NEG-CLOSE)")
+	fs.BoolVar(&o.ListNIP77, "list-nip77", false, "list NIP-77 in NIP-11 even without -nip77 (a relay that claims it and refuses)")
+	fs.BoolVar(&o.NegNoticeOnly, "neg-notice-only", false, `answer NEG-* with only ["NOTICE","ERROR: bad msg: negentropy disabled"]`)
+	fs.IntVar(&o.NegMaxRecords, "neg-max-records", 0, `refuse a NEG-OPEN matching more events with "blocked: too many records" (0: no cap)`)
+	fs.BoolVar(&o.NegCapInReason, "neg-cap-in-reason", false, "name the -neg-max-records cap in the blocked: reason")
+	fs.IntVar(&o.NegCloseEvery, "neg-close-every", 0, `answer every Nth NEG-MSG with "closed: idle timeout" (0: never)`)
+	fs.DurationVar(&o.NegIdleClose, "neg-idle-close", 0, `close a reconciliation idle this long with "closed: idle timeout" (0: never)`)
+	fs.IntVar(&o.NegFrameLimit, "neg-frame-limit", 0, "largest negentropy message the relay sends, bytes (0: no limit, else >= 4096)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
