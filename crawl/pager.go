@@ -94,10 +94,9 @@ type pageCommit struct {
 // Since: wait returns the shard as the queue has it).
 func (r *relayCrawl) commitAhead(items []Item, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
-	adv := &shardAdvance{id: s.ID, cursor: cursor, until: s.Cursor, malformed: len(malformed)}
 	go func() {
 		defer close(c.done)
-		c.s, c.err = r.commit(items, malformed, adv)
+		c.s, c.err = r.commit(items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
 	}()
 	s.Cursor = cursor
 	return s, c
@@ -264,6 +263,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		r.density.ObservePage(s.Since, top, n)
 	}
 	r.mu.Unlock()
+	r.tally(s, page.Items, len(malformed))
 
 	cursor := s.Cursor
 	switch {
@@ -293,15 +293,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			if _, err := r.commit(page.Items, malformed, nil); err != nil {
 				return s, nil, err
 			}
-			// The queue's cursor is this second (the last commit is
-			// settled), so no steal can take it from s's tally.
-			r.tally(s, page.Items, len(malformed))
 			page.Items, malformed = nil, nil
-			ids, err := r.completeWall(ctx, s.Cursor)
-			if err != nil {
+			if err := r.completeWall(ctx, s.Cursor); err != nil {
 				return s, nil, err
 			}
-			r.tallyIDs(s.ID, s.Cursor, ids)
 		}
 		cursor = s.Cursor - 1
 	}

@@ -89,7 +89,7 @@ type relayCrawl struct {
 	// shardsDirty: a steal split a shard; the next commit persists every
 	// shard's state.
 	shardsDirty bool
-	// tallies count each shard's distinct ids for the COUNT audit.
+	// tallies keep what the COUNT audit needs of each shard's paging.
 	tallies map[string]*tally
 	known   knownAuthors
 	// workerDone wakes the scheduler when a worker stops.
@@ -404,7 +404,6 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 				return nil, nil, err
 			}
 			states[r.job.shardPrefix()+s.ID] = encodeShard(s)
-			r.tallyLocked(s, advance.until, items, advance.malformed)
 		}
 		rec, err := json.Marshal(&r.rec)
 		return states, rec, err
@@ -419,11 +418,6 @@ func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advanc
 type shardAdvance struct {
 	id     string
 	cursor int64
-	// until is the `until` the page's REQ asked: the committed items are
-	// tallied for the COUNT audit as the queue has the shard then (see
-	// tallyLocked).
-	until     int64
-	malformed int
 }
 
 // backoff sleeps for the attempt-th retry: exponential with full jitter.
