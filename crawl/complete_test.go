@@ -1,13 +1,16 @@
 package crawl_test
 
 import (
+	"context"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/zap/zaptest"
 )
 
 // clockAt returns a clock that reads at as now and runs on from there, so
@@ -122,4 +125,97 @@ func TestCompleteness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An open job's newest shard has no until, and its cursors are as
+// crash-safe as any: a crawl stopped after a few commits resumes and
+// archives everything, future-dated events included.
+func TestOpenTopResumes(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, Future: 20, FarFuture: 3, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{MaxLimit: 50, SupportCount: true}, f.Items)
+	a := openArchive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	commits := atomic.Int64{}
+	c, err := crawl.New(crawl.Options{Store: a.store, Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1,
+		Logger: zaptest.NewLogger(t), OnCommit: func() {
+			if commits.Add(1) == 8 {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := c.Run(ctx, []string{relay.URL()}); res[0].Finish != crawl.FinishCanceled {
+		t.Fatalf("first run: %v, want canceled", res[0])
+	}
+	if got := len(a.exported(t)); got >= len(f.Valid) {
+		t.Fatalf("the first run archived %d of %d: it stopped too late to test a resume", got, len(f.Valid))
+	}
+	res := a.crawl(t, crawl.Options{Now: clockAt(f.Until), Shards: 2}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("resumed run: %v", res[0])
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
+
+// A live tail that has seen a far-future event resumes, after a dropped
+// connection, from now, not from the year 2286: else the relay would
+// filter out every event published meanwhile. On main the event
+// published after the drop was never archived.
+func TestTailResumesBeforeFarFuture(t *testing.T) {
+	checkLeaks(t)
+	now := time.Now().Unix()
+	// Dated around the real clock, so not cached: 31 signatures.
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 18, Events: 30, FarFuture: 1, Since: now - 1800, Until: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var history, later []testrelay.Item
+	for _, it := range f.Items {
+		if len(later) < 5 && it.CreatedAt <= now {
+			later = append(later, it)
+		} else {
+			history = append(history, it)
+		}
+	}
+	relay := startRelay(t, testrelay.Options{}, history)
+	a := openArchive(t)
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done }) // before the store closes, even on failure
+	go func() {
+		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: now - 3600, Flush: 10 * time.Millisecond, Overlap: time.Hour})
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	held := func(n int64) func() bool {
+		return func() bool { st, _ := a.store.Stats(); return st.Events >= n }
+	}
+	waitFor("the history", held(int64(len(history))))
+	// The next event sent on this connection drops it; the tail
+	// reconnects from its resume point.
+	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = len(history) + 1 })
+	relay.Add(later[0])
+	waitFor("a dropped connection", func() bool { return relay.Stats().Drops > 0 })
+	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 0 })
+	relay.Add(later[1:]...)
+	waitFor("the events published after the drop", held(int64(len(f.Valid))))
+	a.verify(t)
+	assertExactValidSet(t, a, f)
 }

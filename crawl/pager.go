@@ -263,7 +263,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		r.density.ObservePage(s.Since, top, n)
 	}
 	r.mu.Unlock()
-	r.tally(s, page.Items, len(malformed))
+	// Only the page's own malformed events: a frame no subscription can be
+	// told from (an orphan) may belong to another shard's range, and the
+	// relay counts no such frame as an event.
+	r.tally(s, page.Items, len(page.Malformed))
 
 	cursor := s.Cursor
 	switch {

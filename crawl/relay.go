@@ -115,6 +115,9 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
 	r.rec.Finish, r.rec.FinishDetail = "", ""
+	// Learned afresh each run: a record from before fullness counted
+	// distinct ids may hold a size inflated by duplicate frames.
+	r.rec.EffectiveLimit = 0
 
 	doc, err := nip11.Fetch(ctx, c.opts.HTTPClient, url)
 	if err != nil {

@@ -83,7 +83,9 @@ func (q *Queue) steal() (Shard, bool) {
 	}
 	var cands []candidate
 	for i, e := range q.shards {
-		if e.running && !e.Done() {
+		// An open shard whose first page has not landed has no known top
+		// to split below: its estimate would reach the year 292 billion.
+		if e.running && !e.Done() && e.Cursor != OpenTop {
 			cands = append(cands, candidate{i, q.est.Estimate(e.Since, e.Cursor)})
 		}
 	}

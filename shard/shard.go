@@ -146,9 +146,7 @@ func Plan(since, until int64, n int, est Estimator) ([]Shard, error) {
 // they are duplicates of give's work, harmless to store, and advancing keep
 // past its Since just marks it done.
 func Split(s Shard, est Estimator, minEvents float64) (keep, give Shard, ok bool) {
-	// An open shard whose first page has not landed has no known top to
-	// split below.
-	if s.Done() || s.Cursor <= s.Since || s.Cursor == OpenTop {
+	if s.Done() || s.Cursor <= s.Since {
 		return s, Shard{}, false
 	}
 	if est == nil {

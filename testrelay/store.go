@@ -207,7 +207,8 @@ func (s *snapshot) outside(dst []int32, f *filter, from, dir, n int) []int32 {
 
 // count returns how many events the filters select, ignoring limits
 // (NIP-45): one per id, as a relay's store keyed by id counts them (copies
-// sharing an id, forged or duplicated, count once), and each Frame item.
+// sharing an id, forged or duplicated, count once). Frame items are not
+// events a relay stores, just bytes it sends: they are not counted.
 func (s *snapshot) count(filters []filter, ignoreUntil bool) int {
 	var pos []int32
 	if len(filters) == 1 && filters[0].timeOnly() {
@@ -228,7 +229,6 @@ func (s *snapshot) count(filters []filter, ignoreUntil bool) int {
 	for _, p := range pos {
 		it := &s.items[p]
 		if it.Frame {
-			n++
 			continue
 		}
 		if _, dup := ids[it.ID]; !dup {
