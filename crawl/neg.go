@@ -388,7 +388,7 @@ func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, 
 	if err != nil {
 		return false, 0, fmt.Errorf("NIP-77 wall %d on %s: %w", second, r.url, err)
 	}
-	missing, _, err := fetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.need, 100, 8, r.c.opts.PageTimeout)
+	missing, _, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, out.need, 100, 8, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, len(out.need) - len(missing), err
 	}

@@ -163,7 +163,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		res.Windows++
 		res.Have += out.have
 		res.Needed += len(out.need)
-		missing, bytes, err := fetchIDs(ctx, c, o.Store, idx, out.need, o.IDsPerReq, o.InFlight, o.Idle)
+		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.need, o.IDsPerReq, o.InFlight, o.Idle)
 		res.FetchByte += bytes
 		res.Fetched += len(out.need) - len(missing)
 		if err != nil && len(missing) == 0 {
@@ -322,4 +322,19 @@ func saveRelayRecord(store *rawstore.Store, idx uint32, rec *RelayRecord) error 
 		return fmt.Errorf("save the relay record of %s: %w", store.RelayURL(idx), err)
 	}
 	return nil
+}
+
+// fetchAll fetches ids, then what did not arrive again in smaller REQs (a
+// relay whose max_limit is below perReq serves part of each), until a
+// pass brings nothing new or a REQ holds one id.
+func fetchAll(ctx context.Context, c *Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) ([][32]byte, int64, error) {
+	var total int64
+	for {
+		missing, bytes, err := fetchIDs(ctx, c, store, relay, ids, perReq, inflight, idle)
+		total += bytes
+		if err != nil || len(missing) == 0 || len(missing) == len(ids) || perReq == 1 {
+			return missing, total, err
+		}
+		ids, perReq = missing, max(1, perReq/4)
+	}
 }

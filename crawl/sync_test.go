@@ -113,6 +113,7 @@ func TestSyncModes(t *testing.T) {
 		windows int    // at least this many windows
 	}{
 		{name: "plain", opts: testrelay.Options{NIP77: true}, outcome: crawl.SyncComplete, windows: 1},
+		{name: "max_limit below 100 ids", opts: testrelay.Options{NIP77: true, MaxLimit: 30}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "frame limit", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "go-nostr responder", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096, NegResponder: goNostrResponder}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true}, outcome: crawl.SyncComplete, cap: 1000, windows: 4},
