@@ -29,6 +29,9 @@ type SyncOptions struct {
 	Now        func() time.Time
 	IDsPerReq  int // default 100
 	InFlight   int // id REQs outstanding at once, default 8
+	// OnlyIfListed skips (as unsupported) a relay whose NIP-11 document
+	// does not list 77, without dialing it.
+	OnlyIfListed bool
 }
 
 // Sync outcomes.
@@ -55,10 +58,11 @@ type SyncResult struct {
 }
 
 // window is one [since, until] range to reconcile; tries counts
-// `closed:` endings.
+// `closed:` endings, lost the connections lost on it and its parents
+// (each halves the window: 32 reach single seconds from 1970).
 type window struct {
 	since, until int64
-	tries        int
+	tries, lost  int
 }
 
 // Sync reconciles the archive with relay over NIP-77 for [Since, Until],
@@ -100,6 +104,9 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 	listed := false
 	if doc, err := nip11.Fetch(ctx, o.HTTPClient, relay); err == nil {
 		listed = doc.Supports(77)
+	}
+	if o.OnlyIfListed && !listed {
+		return fail(SyncUnsupported, errors.New("its NIP-11 document does not list NIP-77"))
 	}
 	until := o.Until
 	if until < 0 {
@@ -155,6 +162,24 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			rec.NIP77 = "refused: " + err.Error()
 			_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
 			return fail(SyncUnsupported, fmt.Errorf("%w%s; crawl it over REQ instead", err, listedNote(listed)))
+		case errors.Is(err, errConnClosed) && w.lost < 32 && ctx.Err() == nil:
+			// Most often an answer over our frame cap (a relay without a
+			// negentropy frame limit): smaller windows, smaller answers.
+			log.Info("connection lost during NIP-77; redialing with smaller windows", zap.Error(err))
+			c.Close()
+			if c, err = Dial(ctx, relay, o.Dial); err != nil {
+				return fail(SyncFailed, err)
+			}
+			w.lost++
+			parts := split(w, items, 0, o.Now().Unix())
+			for i := range parts {
+				parts[i].lost = w.lost
+			}
+			if parts == nil {
+				parts = []window{w}
+			}
+			todo = append(parts, todo...)
+			continue
 		default:
 			_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
 			res.Outcome, res.Detail = SyncFailed, err.Error()

@@ -200,3 +200,28 @@ func TestWallFinishedOverNIP77(t *testing.T) {
 	a.verify(t)
 	assertExactValidSet(t, a, f)
 }
+
+// A relay without a negentropy frame limit answers a first sync with every
+// id in one message; over the client's frame cap the connection drops, and
+// Sync redials with smaller windows until the answers fit.
+func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 3000, Wall: 600, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{NIP77: true}, f.Items)
+	a := openArchive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := crawl.Sync(ctx, crawl.SyncOptions{
+		Store: a.store, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
+		Dial: crawl.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+	}, relay.URL())
+	t.Logf("%+v", res)
+	if res.Outcome != crawl.SyncComplete || res.Fetched != len(f.Valid) || res.Windows < 2 {
+		t.Fatalf("outcome %s (%s), fetched %d of %d in %d windows", res.Outcome, res.Detail, res.Fetched, len(f.Valid), res.Windows)
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
