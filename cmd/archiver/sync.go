@@ -83,8 +83,8 @@ func runSync(args []string) int {
 	code := 0
 	for _, relay := range relays {
 		r := crawl.Sync(ctx, o, relay)
-		fmt.Fprintf(stderr, "%s: %s: %d windows, %d round trips, needed %d, fetched %d, archive-only %d",
-			r.Relay, r.Outcome, r.Windows, r.Rounds, r.Needed, r.Fetched, r.Have)
+		fmt.Fprintf(stderr, "%s: %s: %d windows, %d round trips, needed %d, fetched %d, archive-only %d, received %d B of NIP-77 messages (hex) and %d B of EVENT frames",
+			r.Relay, r.Outcome, r.Windows, r.Rounds, r.Needed, r.Fetched, r.Have, r.NegBytes, r.FetchByte)
 		if r.Detail != "" {
 			fmt.Fprintf(stderr, ": %s", r.Detail)
 		}
