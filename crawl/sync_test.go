@@ -100,7 +100,7 @@ func (a *archive) syncRecord(t *testing.T, url string) crawl.RelayRecord {
 // second too big for the relay's cap is reported unproven.
 func TestSyncModes(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 3000, Wall: 600, CacheDir: fixtureCache(t)})
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, Wall: 600, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestWallFinishedOverNIP77(t *testing.T) {
 // Sync redials with smaller windows until the answers fit.
 func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 3000, Wall: 600, CacheDir: fixtureCache(t)})
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, Wall: 600, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
