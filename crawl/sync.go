@@ -166,10 +166,12 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			// Most often an answer over our frame cap (a relay without a
 			// negentropy frame limit): smaller windows, smaller answers.
 			log.Info("connection lost during NIP-77; redialing with smaller windows", zap.Error(err))
-			c.Close()
-			if c, err = Dial(ctx, relay, o.Dial); err != nil {
-				return fail(SyncFailed, err)
+			nc, err := Dial(ctx, relay, o.Dial)
+			if err != nil {
+				return fail(SyncFailed, err) // the deferred Close closes the old one
 			}
+			c.Close()
+			c = nc
 			w.lost++
 			parts := split(w, items, 0, o.Now().Unix())
 			for i := range parts {
