@@ -58,6 +58,9 @@ type Page struct {
 	Reason    string // CLOSED / NOTICE text
 	Count     int64  // COUNT answers
 	Latency   time.Duration
+	// SentAuthed: the REQ went out after the relay had accepted our
+	// NIP-42 AUTH, so an auth-required answer is not for want of it.
+	SentAuthed bool
 }
 
 // Conn is one WebSocket connection to a relay with any number of REQs in
@@ -87,6 +90,8 @@ type Conn struct {
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
 	pingStop  chan struct{}
 	pingDone  chan struct{}
+
+	auth connAuth // NIP-42 state (see auth.go)
 }
 
 type sub struct {
@@ -435,6 +440,7 @@ func (c *Conn) register(s *sub, prefix string) error {
 	}
 	c.nextSub++
 	s.id = prefix + strconv.FormatUint(c.nextSub, 36)
+	s.page.SentAuthed = c.auth.authed
 	c.subs[s.id] = s
 	c.order = append(c.order, s)
 	return nil
@@ -588,6 +594,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		}
 	case m.Label == frame.Auth:
 		c.challenge = m.Message
+		c.auth.challenged()
+	case m.Label == frame.OK:
+		c.auth.ok(m)
 	case m.Label == frame.Unknown:
 		if c.unknown == nil {
 			c.unknown = map[string]int{}

@@ -78,6 +78,11 @@ type Options struct {
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a
 	// valid NIP-42 kind-22242 event for that challenge.
 	AuthRequired bool
+	// AuthAllow, with AuthRequired, is the whitelist of hex pubkeys the
+	// relay serves: a connection authenticated as any other key gets
+	// CLOSED "restricted: ..." for its REQs and COUNTs. Nil serves every
+	// authenticated key.
+	AuthAllow []string
 
 	// SupportCount answers NIP-45 COUNT; otherwise COUNT gets CLOSED
 	// "unsupported: ...".
@@ -114,6 +119,20 @@ type Options struct {
 	// on the client. Default 64.
 	QueueDepth int
 
+	// DuplicateEvery sends every Nth event of REQ pages (counted over the
+	// relay) twice in a row, inside the page. With DuplicateInLimit the
+	// copies count toward the page's clamp, so a cut page holds fewer
+	// distinct events than the clamp, as a relay seen in the wild does. 0
+	// means never.
+	DuplicateEvery   int
+	DuplicateInLimit bool
+
+	// OmitEvery silently drops every Nth event from REQ pages (counted over
+	// the relay, so another pass drops others) while COUNT still counts it.
+	// With OmitForever it drops the same events every time: those whose id
+	// hashes to 0 mod N. 0 means never.
+	OmitEvery   int
+	OmitForever bool
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool
@@ -213,6 +232,10 @@ func (o Options) Validate() error {
 		return bad("NegFrameLimit %d below %d", o.NegFrameLimit, negentropy.MinFrameSizeLimit)
 	case o.QueueDepth < 0:
 		return bad("QueueDepth %d < 0", o.QueueDepth)
+	case o.DuplicateEvery < 0:
+		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
+	case o.OmitEvery < 0:
+		return bad("OmitEvery %d < 0", o.OmitEvery)
 	}
 	return nil
 }

@@ -54,7 +54,10 @@ type Relay struct {
 	openSubs atomic.Int64
 	reqSeq   atomic.Int64
 	countSeq atomic.Int64
-	negSeq   atomic.Int64 // NEG-MSGs, for NegCloseEvery
+	// dupSeq and omitSeq count the events DuplicateEvery and OmitEvery
+	// pick from.
+	dupSeq, omitSeq atomic.Int64
+	negSeq          atomic.Int64 // NEG-MSGs, for NegCloseEvery
 }
 
 // Stats are the relay's counters since New.

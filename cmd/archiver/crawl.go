@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
-	"github.com/nostr-archiver/archiver/lazyparse"
-	"go.uber.org/zap"
 )
 
 func runCrawl(args []string) int {
@@ -35,6 +31,8 @@ func runCrawl(args []string) int {
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
 		prove    = fs.Bool("nip77-proof", true, "after a relay is drained, reconcile the range over NIP-77 where its NIP-11 lists 77: fetch what paging missed and record the proof (not with --kinds or --authors)")
 	)
+	var keyFiles repeated
+	fs.Var(&keyFiles, "auth-key-file", authKeyFileHelp)
 	c.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.\nRELAY_URL: wss://host[:port][/path], ws://host[:port][/path], or a bare host (wss://host).")
@@ -77,6 +75,9 @@ func runCrawl(args []string) int {
 	if err := opts.Check(); err != nil {
 		return usageError("crawl", err)
 	}
+	if opts.AuthKeys, err = loadAuthKeys(keyFiles); err != nil {
+		return usageError("--auth-key-file", err)
+	}
 	log, err := c.logger()
 	if err != nil {
 		return usageError("crawl", err)
@@ -95,7 +96,7 @@ func runCrawl(args []string) int {
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		return fail("crawl", fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return fail("crawl", openError(c.data, err))
 	}
 	// Shutdown order: the crawl stops first (its last batches are
 	// committed), then the verify pool finishes its batch, then the store
@@ -106,36 +107,24 @@ func runCrawl(args []string) int {
 		}
 	}()
 
-	var pool *lazyparse.Pool
-	poolCtx, stopPool := context.WithCancel(ctx)
-	defer stopPool()
-	var poolWG sync.WaitGroup
+	var ver *verifier
 	if !*noVerify {
-		pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
-		if err != nil {
+		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
 			return usageError("--verify-workers", err)
 		}
-		poolWG.Add(1)
-		go func() {
-			defer poolWG.Done()
-			if err := pool.Run(poolCtx); err != nil {
-				log.Error("verify pool stopped", zap.Error(err))
-			}
-		}()
-		opts.OnCommit = pool.Notify
+		opts.OnCommit = ver.Notify
 	}
 	opts.Store, opts.Logger = store, log
 	crawler, err := crawl.New(opts)
 	if err != nil {
-		stopPool()
-		poolWG.Wait()
+		if ver != nil {
+			ver.stop()
+		}
 		return usageError("crawl", err)
 	}
-	prog := startProgress(ctx, crawler, log, stderr)
+	prog := startProgress(ctx, log, stderr, crawlReport(crawler))
 	results := crawler.Run(ctx, relays)
 	prog.Stop()
-	stopPool()
-	poolWG.Wait()
 	proofs := map[string]crawl.SyncResult{}
 	if *prove && opts.Kinds == nil && opts.Authors == nil {
 		so := crawl.SyncOptions{Store: store, Logger: log, Since: opts.Since, Until: -1, Idle: *timeout, OnlyIfListed: true,
@@ -149,10 +138,8 @@ func runCrawl(args []string) int {
 			}
 		}
 	}
-	if pool != nil && ctx.Err() == nil {
-		if _, err := pool.Drain(ctx); err != nil {
-			log.Error("verify", zap.Error(err))
-		}
+	if ver != nil {
+		ver.finish(ctx)
 	}
 	code := 0
 	for _, r := range results {
@@ -185,6 +172,9 @@ func runCrawl(args []string) int {
 // hint says what to try next after a relay could not be reached, from the
 // cause the crawl reported.
 func hint(r crawl.Result) string {
+	if h, ok := authHints[r.Finish]; ok {
+		return h
+	}
 	if r.Finish != crawl.FinishUnreachable {
 		return ""
 	}
