@@ -301,8 +301,13 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 	return []window{{since: w.since, until: mid}, {since: mid + 1, until: w.until}}
 }
 
+// covers reports whether p's range lies within q's (Until -1: no bound).
+func (q NegProof) covers(p NegProof) bool {
+	return q.Since <= p.Since && (q.Until == -1 || (p.Until != -1 && p.Until <= q.Until))
+}
+
 // mergeProofs adds fresh proofs (adjacent ones joined, at the earliest
-// time), replacing older ones over the same range, and keeps the newest 64.
+// time), dropping older ones within their ranges, and keeps the newest 64.
 func mergeProofs(old, fresh []NegProof) []NegProof {
 	slices.SortFunc(fresh, func(a, b NegProof) int { return cmp.Compare(a.Since, b.Since) })
 	var joined []NegProof
@@ -315,7 +320,7 @@ func mergeProofs(old, fresh []NegProof) []NegProof {
 	}
 	fresh = joined
 	out := slices.DeleteFunc(old, func(p NegProof) bool {
-		return slices.ContainsFunc(fresh, func(f NegProof) bool { return f.Since == p.Since && f.Until == p.Until })
+		return slices.ContainsFunc(fresh, func(f NegProof) bool { return f.covers(p) })
 	})
 	out = append(out, fresh...)
 	if len(out) > 64 {
