@@ -398,7 +398,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	if err != nil {
 		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)
 	}
-	missing, _, err := fetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.need, 100, 8, r.c.opts.PageTimeout)
+	missing, _, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, out.need, 100, 8, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, len(out.need) - len(missing), err
 	}

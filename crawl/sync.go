@@ -29,6 +29,9 @@ type SyncOptions struct {
 	Now        func() time.Time
 	IDsPerReq  int // default 100
 	InFlight   int // id REQs outstanding at once, default 8
+	// OnlyIfListed skips (as unsupported) a relay whose NIP-11 document
+	// does not list 77, without dialing it.
+	OnlyIfListed bool
 }
 
 // Sync outcomes.
@@ -55,10 +58,11 @@ type SyncResult struct {
 }
 
 // window is one [since, until] range to reconcile; tries counts
-// `closed:` endings.
+// `closed:` endings, lost the connections lost on it and its parents
+// (each halves the window: 32 reach single seconds from 1970).
 type window struct {
 	since, until int64
-	tries        int
+	tries, lost  int
 }
 
 // Sync reconciles the archive with relay over NIP-77 for [Since, Until],
@@ -100,6 +104,9 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 	listed := false
 	if doc, err := nip11.Fetch(ctx, o.HTTPClient, relay); err == nil {
 		listed = doc.Supports(77)
+	}
+	if o.OnlyIfListed && !listed {
+		return fail(SyncUnsupported, errors.New("its NIP-11 document does not list NIP-77"))
 	}
 	until := o.Until
 	if until < 0 {
@@ -155,6 +162,26 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			rec.NIP77 = "refused: " + err.Error()
 			_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
 			return fail(SyncUnsupported, fmt.Errorf("%w%s; crawl it over REQ instead", err, listedNote(listed)))
+		case errors.Is(err, errConnClosed) && w.lost < 32 && ctx.Err() == nil:
+			// Most often an answer over our frame cap (a relay without a
+			// negentropy frame limit): smaller windows, smaller answers.
+			log.Info("connection lost during NIP-77; redialing with smaller windows", zap.Error(err))
+			nc, err := Dial(ctx, relay, o.Dial)
+			if err != nil {
+				return fail(SyncFailed, err) // the deferred Close closes the old one
+			}
+			c.Close()
+			c = nc
+			w.lost++
+			parts := split(w, items, 0, o.Now().Unix())
+			for i := range parts {
+				parts[i].lost = w.lost
+			}
+			if parts == nil {
+				parts = []window{w}
+			}
+			todo = append(parts, todo...)
+			continue
 		default:
 			_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
 			res.Outcome, res.Detail = SyncFailed, err.Error()
@@ -163,7 +190,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		res.Windows++
 		res.Have += out.have
 		res.Needed += len(out.need)
-		missing, bytes, err := fetchIDs(ctx, c, o.Store, idx, out.need, o.IDsPerReq, o.InFlight, o.Idle)
+		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.need, o.IDsPerReq, o.InFlight, o.Idle)
 		res.FetchByte += bytes
 		res.Fetched += len(out.need) - len(missing)
 		if err != nil && len(missing) == 0 {
@@ -274,8 +301,13 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 	return []window{{since: w.since, until: mid}, {since: mid + 1, until: w.until}}
 }
 
+// covers reports whether p's range lies within q's (Until -1: no bound).
+func (q NegProof) covers(p NegProof) bool {
+	return q.Since <= p.Since && (q.Until == -1 || (p.Until != -1 && p.Until <= q.Until))
+}
+
 // mergeProofs adds fresh proofs (adjacent ones joined, at the earliest
-// time), replacing older ones over the same range, and keeps the newest 64.
+// time), dropping older ones within their ranges, and keeps the newest 64.
 func mergeProofs(old, fresh []NegProof) []NegProof {
 	slices.SortFunc(fresh, func(a, b NegProof) int { return cmp.Compare(a.Since, b.Since) })
 	var joined []NegProof
@@ -288,7 +320,7 @@ func mergeProofs(old, fresh []NegProof) []NegProof {
 	}
 	fresh = joined
 	out := slices.DeleteFunc(old, func(p NegProof) bool {
-		return slices.ContainsFunc(fresh, func(f NegProof) bool { return f.Since == p.Since && f.Until == p.Until })
+		return slices.ContainsFunc(fresh, func(f NegProof) bool { return f.covers(p) })
 	})
 	out = append(out, fresh...)
 	if len(out) > 64 {
@@ -322,4 +354,19 @@ func saveRelayRecord(store *rawstore.Store, idx uint32, rec *RelayRecord) error 
 		return fmt.Errorf("save the relay record of %s: %w", store.RelayURL(idx), err)
 	}
 	return nil
+}
+
+// fetchAll fetches ids, then what did not arrive again in smaller REQs (a
+// relay whose max_limit is below perReq serves part of each), until a
+// pass brings nothing new or a REQ holds one id.
+func fetchAll(ctx context.Context, c *Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) ([][32]byte, int64, error) {
+	var total int64
+	for {
+		missing, bytes, err := fetchIDs(ctx, c, store, relay, ids, perReq, inflight, idle)
+		total += bytes
+		if err != nil || len(missing) == 0 || len(missing) == len(ids) || perReq == 1 {
+			return missing, total, err
+		}
+		ids, perReq = missing, max(1, perReq/4)
+	}
 }

@@ -100,7 +100,7 @@ func (a *archive) syncRecord(t *testing.T, url string) crawl.RelayRecord {
 // second too big for the relay's cap is reported unproven.
 func TestSyncModes(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 3000, Wall: 600, CacheDir: fixtureCache(t)})
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, Wall: 600, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +113,7 @@ func TestSyncModes(t *testing.T) {
 		windows int    // at least this many windows
 	}{
 		{name: "plain", opts: testrelay.Options{NIP77: true}, outcome: crawl.SyncComplete, windows: 1},
+		{name: "max_limit below 100 ids", opts: testrelay.Options{NIP77: true, MaxLimit: 30}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "frame limit", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "go-nostr responder", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096, NegResponder: goNostrResponder}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true}, outcome: crawl.SyncComplete, cap: 1000, windows: 4},
@@ -195,6 +196,31 @@ func TestWallFinishedOverNIP77(t *testing.T) {
 	}
 	if wall == nil || !wall.Complete || !strings.HasSuffix(wall.Method, "+nip77") || wall.Events != f.UnsplittableSize {
 		t.Fatalf("wall report %+v, want complete by nip77 with %d events", wall, f.UnsplittableSize)
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
+
+// A relay without a negentropy frame limit answers a first sync with every
+// id in one message; over the client's frame cap the connection drops, and
+// Sync redials with smaller windows until the answers fit.
+func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, Wall: 600, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{NIP77: true}, f.Items)
+	a := openArchive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := crawl.Sync(ctx, crawl.SyncOptions{
+		Store: a.store, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
+		Dial: crawl.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+	}, relay.URL())
+	t.Logf("%+v", res)
+	if res.Outcome != crawl.SyncComplete || res.Fetched != len(f.Valid) || res.Windows < 2 {
+		t.Fatalf("outcome %s (%s), fetched %d of %d in %d windows", res.Outcome, res.Detail, res.Fetched, len(f.Valid), res.Windows)
 	}
 	a.verify(t)
 	assertExactValidSet(t, a, f)

@@ -26,9 +26,9 @@ start_relay() { # port, args...
 		sleep 0.2
 	done
 }
-stop_relay() { # prints the relay's bytes sent
+stop_relay() { # leaves the relay's bytes sent in $W/bytes (not in a subshell: wait needs the parent)
 	kill -INT "$relay_pid"; wait "$relay_pid" || true
-	sed -n 's/.*"BytesSent":\([0-9]*\).*/\1/p' "$W/relay.err"
+	sed -n 's/.*"BytesSent":\([0-9]*\).*/\1/p' "$W/relay.err" >"$W/bytes"
 }
 measure() { # name, archiver args...
 	local name=$1; shift
@@ -41,16 +41,18 @@ measure() { # name, archiver args...
 
 echo "fixture of $N events in $W" >&2
 start_relay $PORT_FULL -events "$N" -seed 77 -fixture-cache "$W/cache" -truth "$W/truth.jsonl"
-stop_relay >/dev/null
+stop_relay
 awk 'NR % 100 != 0' "$W/truth.jsonl" >"$W/99.jsonl"
+rm -rf "$W/a99"
 echo "missing: $(( $(wc -l <"$W/truth.jsonl") - $(wc -l <"$W/99.jsonl") )) of $(wc -l <"$W/truth.jsonl")" >&2
 
 # The archive missing 1%: a crawl of a relay holding the other 99%.
 start_relay $PORT_99 -jsonl "$W/99.jsonl"
 "$W/archiver" crawl --no-verify --data "$W/a99" "ws://127.0.0.1:$PORT_99" 2>"$W/a99.err"
-stop_relay >/dev/null
+stop_relay
 
-FULL=(-jsonl "$W/truth.jsonl" -nip77)
+# strfry-like: negentropy messages up to 500 kB.
+FULL=(-jsonl "$W/truth.jsonl" -nip77 -neg-frame-limit 500000)
 URL="ws://127.0.0.1:$PORT_FULL"
 run_case() { # name, archive to copy or "", archiver verb
 	local name=$1 from=$2 verb=$3
@@ -58,8 +60,11 @@ run_case() { # name, archive to copy or "", archiver verb
 	[ -n "$from" ] && cp -r "$from" "$W/$name.data"
 	start_relay $PORT_FULL "${FULL[@]}"
 	local m
-	m=$(measure "$name" "$verb" --no-verify --data "$W/$name.data" "$URL")
-	echo "$m|$(stop_relay)|$(grep -m1 "^$URL" "$W/$name.err" | cut -c1-160)"
+	local extra=()
+	[ "$verb" = crawl ] && extra=(--nip77-proof=false) # REQ paging alone
+	m=$(measure "$name" "$verb" "${extra[@]}" --no-verify --data "$W/$name.data" "$URL")
+	stop_relay
+	echo "$m|$(cat "$W/bytes")|$(grep -m1 "^$URL" "$W/$name.err" | cut -c1-160)"
 }
 echo "case|wall clock|peak RSS KiB|bytes received|archiver says"
 run_case resync-nip77 "$W/a99" sync

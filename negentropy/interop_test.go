@@ -44,9 +44,9 @@ var interopCases = []struct {
 	limitA, limitB int
 	sameSecond     bool
 }{
-	{"1% missing", 20000, 0, 0.01, 0, 0, false},
+	{"1% missing", 10000, 0, 0.01, 0, 0, false},
 	{"both sides", 10000, 0.05, 0.05, 0, 0, false},
-	{"limits", 10000, 0.1, 0.1, 4096, 4096, false},
+	{"limits", 3000, 0.1, 0.1, 4096, 4096, false},
 	{"one second", 3000, 0.02, 0.02, 0, 4096, true},
 	{"empty initiator", 2000, 0, 1, 0, 0, false},
 	{"empty responder", 2000, 1, 0, 0, 0, false},

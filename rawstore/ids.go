@@ -34,6 +34,24 @@ func indexID(b *pebble.Batch, c *Copy) {
 	}
 }
 
+// markIDIndexIfEmpty marks the id index complete in a store without
+// events: ingest indexes every event from the first, so it never needs a
+// build (which reads every event body).
+func (s *Store) markIDIndexIfEmpty() error {
+	last, err := s.lastKey([]byte{prefixEvent})
+	if err != nil {
+		return fmt.Errorf("rawstore: look for events: %w", err)
+	}
+	if last != nil {
+		return nil
+	}
+	if err := s.db.Set(idIndexKey, nil, s.sync); err != nil {
+		return fmt.Errorf("rawstore: mark id index: %w", err)
+	}
+	s.idIndexed.Store(true)
+	return nil
+}
+
 // EnsureIDIndex builds the id index from the stored events unless it is
 // already complete. Ingest may run meanwhile: it indexes its own copies.
 func (s *Store) EnsureIDIndex() error {

@@ -29,6 +29,7 @@ func runCrawl(args []string) int {
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
+		prove    = fs.Bool("nip77-proof", true, "after a relay is drained, reconcile the range over NIP-77 where its NIP-11 lists 77: fetch what paging missed and record the proof (not with --kinds or --authors)")
 	)
 	var keyFiles repeated
 	fs.Var(&keyFiles, "auth-key-file", authKeyFileHelp)
@@ -124,6 +125,19 @@ func runCrawl(args []string) int {
 	prog := startProgress(ctx, log, stderr, crawlReport(crawler))
 	results := crawler.Run(ctx, relays)
 	prog.Stop()
+	proofs := map[string]crawl.SyncResult{}
+	if *prove && opts.Kinds == nil && opts.Authors == nil {
+		so := crawl.SyncOptions{Store: store, Logger: log, Since: opts.Since, Until: -1, Idle: *timeout, OnlyIfListed: true,
+			Dial: crawl.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+		if *until != "" {
+			so.Until = opts.Until
+		}
+		for _, r := range results {
+			if r.Drained() && ctx.Err() == nil {
+				proofs[r.Relay] = crawl.Sync(ctx, so, r.Relay)
+			}
+		}
+	}
 	if ver != nil {
 		ver.finish(ctx)
 	}
@@ -135,6 +149,18 @@ func runCrawl(args []string) int {
 		}
 		if !r.Drained() {
 			code = 1
+		}
+		if p, ok := proofs[r.Relay]; ok && p.Outcome != crawl.SyncUnsupported {
+			fmt.Fprintf(stderr, "  NIP-77 check: %s, needed %d, fetched %d", p.Outcome, p.Needed, p.Fetched)
+			if p.Detail != "" {
+				fmt.Fprintf(stderr, ": %s", p.Detail)
+			}
+			fmt.Fprintln(stderr)
+			// Paging said drained, but the relay holds ids the archive
+			// still lacks: not complete.
+			if p.Needed > p.Fetched || p.Outcome == crawl.SyncFailed {
+				code = 1
+			}
 		}
 	}
 	if st, err := store.Stats(); err == nil {

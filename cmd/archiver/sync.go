@@ -44,8 +44,11 @@ func runSync(args []string) int {
 		}
 	}
 	now := time.Now()
+	// A relay without a negentropy frame limit answers a first sync with
+	// every id at once (64 hex bytes each): room for 500k of them; past
+	// that, Sync redials with smaller windows.
 	o := crawl.SyncOptions{Until: -1, Idle: *timeout,
-		Dial: crawl.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+		Dial: crawl.DialOptions{MaxFrame: max(d.MaxFrame, 32<<20), DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
 	if o.Since, err = parseTime(*since, now); err != nil {
 		return usageError("--since", err)
 	}
@@ -80,8 +83,8 @@ func runSync(args []string) int {
 	code := 0
 	for _, relay := range relays {
 		r := crawl.Sync(ctx, o, relay)
-		fmt.Fprintf(stderr, "%s: %s: %d windows, %d round trips, needed %d, fetched %d, archive-only %d",
-			r.Relay, r.Outcome, r.Windows, r.Rounds, r.Needed, r.Fetched, r.Have)
+		fmt.Fprintf(stderr, "%s: %s: %d windows, %d round trips, needed %d, fetched %d, archive-only %d, received %d B of NIP-77 messages (hex) and %d B of EVENT frames",
+			r.Relay, r.Outcome, r.Windows, r.Rounds, r.Needed, r.Fetched, r.Have, r.NegBytes, r.FetchByte)
 		if r.Detail != "" {
 			fmt.Fprintf(stderr, ": %s", r.Detail)
 		}
