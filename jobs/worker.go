@@ -467,7 +467,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 			return 0
 		case crawl.FinishIncompleteWalls:
 			return 1
-		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused:
+		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, crawl.FinishRestricted, crawl.FinishAuthRejected:
 			return 2
 		}
 		return 3
@@ -484,7 +484,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 // permanent reports finishes that another delivery would not change.
 func permanent(finish string) bool {
 	switch finish {
-	case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, FinishInvalid:
+	case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, crawl.FinishRestricted, crawl.FinishAuthRejected, FinishInvalid:
 		return true
 	}
 	return false
