@@ -57,7 +57,7 @@ func TestAuthCrawl(t *testing.T) {
 			finish: crawl.FinishDrained},
 		{name: "no key", relay: testrelay.Options{AuthRequired: true},
 			keys:   func(string) *crawl.AuthKeys { return nil },
-			finish: crawl.FinishAuthRequired, detail: []string{"auth-required:", "--auth-key-file"}},
+			finish: crawl.FinishAuthRequired, detail: []string{"auth-required:", "no key given"}},
 		{name: "not whitelisted", relay: testrelay.Options{AuthRequired: true, AuthAllow: []string{memberPub}},
 			keys:   func(string) *crawl.AuthKeys { return &crawl.AuthKeys{Default: outsider} },
 			finish: crawl.FinishRestricted, detail: []string{"restricted:", outsiderPub}},
