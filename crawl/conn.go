@@ -95,6 +95,8 @@ type Conn struct {
 	// they are only counted (see keepBad).
 	held, heldBytes int
 
+	negs map[string]*negSub // NIP-77 reconciliations (see neg.go)
+
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
 	pingStop  chan struct{}
 	pingDone  chan struct{}
@@ -516,6 +518,9 @@ func (c *Conn) OnClose(_ *gws.Conn, err error) {
 	for _, s := range c.subs {
 		c.finishLocked(s, EndConnLost, err.Error())
 	}
+	for id := range c.negs {
+		c.negDeliver(id, negReply{lost: err.Error()})
+	}
 }
 
 // OnPing implements gws.Event.
@@ -592,6 +597,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 			c.finishLocked(s, EndEOSE, "")
 		}
 	case m.Label == frame.Notice:
+		if c.negNotice(m.Message) {
+			break
+		}
 		// A NOTICE names no subscription. strfry refuses a REQ over its
 		// cap with only a NOTICE: pin it on the newest REQ that has heard
 		// nothing back; the idle timeout catches whatever this misses.
@@ -615,5 +623,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		if _, ok := c.unknown[label]; ok || len(c.unknown) < 16 {
 			c.unknown[label]++
 		}
+	case m.Label == frame.NegMsg:
+		c.negDeliver(m.SubID, negReply{msg: m.Message})
+	case m.Label == frame.NegErr:
+		c.negDeliver(m.SubID, negReply{negErr: m.Message})
 	}
 }

@@ -311,6 +311,7 @@ const (
 	FinishGaveUp          = "gave-up"          // a page failed MaxAttempts times in a row
 	FinishRefused         = "refused"          // CLOSED blocked:/restricted:
 	FinishCanceled        = "canceled"         // stopped by the caller (resumes next run)
+	FinishUnproven        = "unproven"         // paged to the end, but the relay's COUNT says it holds more than it served
 	FinishRestricted      = "restricted"       // CLOSED restricted: (after AUTH, the key is not one the relay serves)
 	FinishAuthRejected    = "auth-rejected"    // the relay answered our NIP-42 AUTH with OK false
 )

@@ -70,7 +70,8 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			bytes := 0
 			for i, it := range items {
 				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
-				replayMax = max(replayMax, it.CreatedAt)
+				// A far-future event must not move the resume point past now.
+				replayMax = max(replayMax, min(it.CreatedAt, c.opts.Now().Unix()))
 				bytes += len(it.Raw)
 			}
 			if eose {

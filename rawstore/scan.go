@@ -46,8 +46,10 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	defer s.ingestMu.Unlock()
 	upTo := s.pendingSeq.Load()
 	if upTo > s.staleUpTo.Load() {
-		if err := s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync); err != nil {
-			return 0, fmt.Errorf("rawstore: begin verify scan: %w", err)
+		if err := s.gate("begin verify scan", func() error {
+			return s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync)
+		}); err != nil {
+			return 0, err
 		}
 		s.staleUpTo.Store(upTo)
 	}
@@ -55,7 +57,7 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	for _, pass := range []struct {
 		prefix  byte
 		pending func(it, vit *pebble.Iterator, p *Pending) bool
-	}{{prefixEvent, pendingPrimary}, {prefixAlternate, pendingAlternate}} {
+	}{{prefixEvent, s.pendingPrimary}, {prefixAlternate, s.pendingAlternate}} {
 		m, err := s.scanPass(ctx, batch, judge, pass.prefix, pass.pending)
 		n += m
 		if err != nil {
@@ -70,8 +72,8 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	_ = b.DeleteRange(seqKey(prefixPending, 0), seqKey(prefixPending, upTo+1), nil)
 	_ = b.Delete(scanKey, nil)
 	_ = b.Delete(unqueuedKey, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return n, fmt.Errorf("rawstore: end verify scan: %w", err)
+	if err := s.gate("end verify scan", func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return n, err
 	}
 	s.staleUpTo.Store(0)
 	s.unqueued.Store(false)
@@ -165,40 +167,79 @@ func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byt
 // after it's position and steps it past; it reports false at the end.
 // vit walks the verdicts alongside: both are in id order, so the join
 // reads each key once and the bodies of judged copies not at all.
-func pendingPrimary(it, vit *pebble.Iterator, p *Pending) bool {
-	for ; it.Valid(); it.Next() {
+//
+// A body that cannot be read is skipped (and recorded, see Damage): it
+// stays pending, its old verdict kept if ResetVerdicts had one, for
+// `archiver repair` to fetch again.
+func (s *Store) pendingPrimary(it, vit *pebble.Iterator, p *Pending) bool {
+	for ok := it.Valid(); ok; {
 		k := it.Key()
 		for vit.Valid() && bytes.Compare(vit.Key()[1:], k[1:]) < 0 {
 			vit.Next()
 		}
 		if vit.Valid() && bytes.Equal(vit.Key()[1:], k[1:]) {
-			continue // judged
+			ok = it.Next() // judged
+			continue
 		}
-		v := it.Value()
-		if len(v) < eventHeaderLen || len(k) != 1+idLen {
-			continue // not a primary record (never written so); left to stats to show
+		if len(k) != 1+idLen {
+			ok = it.Next() // not a primary record (never written so); left to check to show
+			continue
+		}
+		relay, raw, err := s.readEvent(it)
+		if err != nil {
+			ok = skipPast(it, k)
+			continue
 		}
 		copy(p.ID[:], k[1:])
-		p.Relay = binary.BigEndian.Uint32(v[1:5])
-		p.Raw = append([]byte(nil), v[eventHeaderLen:]...)
+		p.Relay, p.Raw = relay, append([]byte(nil), raw...)
 		it.Next()
 		return true
 	}
 	return false
 }
 
+// readEvent decodes the event record under it, noting it as damage if it
+// cannot be read.
+func (s *Store) readEvent(it *pebble.Iterator) (uint32, []byte, error) {
+	v, err := value(it)
+	if err != nil {
+		s.noteDamage(err)
+		return 0, nil, err
+	}
+	relay, raw, err := decodeEvent(it.Key(), v)
+	if err != nil {
+		s.noteDamage(err)
+	}
+	return relay, raw, err
+}
+
 // pendingAlternate is pendingPrimary for alternate copies: those still
 // holding their bytes (a resolved one is emptied) are pending.
-func pendingAlternate(it, _ *pebble.Iterator, p *Pending) bool {
-	for ; it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		if len(v) < eventHeaderLen || len(k) != 1+idLen+hashLen {
+func (s *Store) pendingAlternate(it, _ *pebble.Iterator, p *Pending) bool {
+	for ok := it.Valid(); ok; {
+		k := it.Key()
+		if len(k) != 1+idLen+hashLen {
+			ok = it.Next()
+			continue
+		}
+		v, err := value(it)
+		if err == nil && len(v) == 0 {
+			ok = it.Next() // resolved
+			continue
+		}
+		var relay uint32
+		var raw []byte
+		if err == nil {
+			relay, raw, err = decodeEvent(k, v)
+		}
+		if err != nil {
+			s.noteDamage(err)
+			ok = skipPast(it, k)
 			continue
 		}
 		copy(p.ID[:], k[1:])
 		p.Variant = append([]byte(nil), k[1+idLen:]...)
-		p.Relay = binary.BigEndian.Uint32(v[1:5])
-		p.Raw = append([]byte(nil), v[eventHeaderLen:]...)
+		p.Relay, p.Raw = relay, append([]byte(nil), raw...)
 		it.Next()
 		return true
 	}

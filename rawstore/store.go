@@ -46,6 +46,17 @@ type Options struct {
 	// EventListener receives Pebble's health events (write stalls, slow
 	// disk, low disk space) in addition to the store's own logging.
 	EventListener *pebble.EventListener
+	// ReadOnly opens the archive without writing anything: no lock file
+	// created, no WAL, no compaction; it works on a read-only directory
+	// and coexists with other readers, not with a writer (ErrInUse). Any
+	// write through the store fails. It implies NoCreate.
+	ReadOnly bool
+	// NoCreate refuses (ErrNotArchive) a Dir that does not already hold
+	// an archive, instead of creating one in it.
+	NoCreate bool
+	// ReserveBytes is the space reserve of a writable store (see
+	// DefaultReserveBytes, the default; negative for none).
+	ReserveBytes int64
 }
 
 func (o *Options) setDefaults() {
@@ -88,9 +99,14 @@ type Store struct {
 	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
 	unqueued   atomic.Bool   // see unqueuedKey
 	hot        *hotCopies
+	damage     damageLog // damaged records met since Open (see Damage)
+	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
+
+	idIndexMu sync.Mutex  // one id index build at a time (see EnsureIDIndex)
+	idIndexed atomic.Bool // the id index is known complete
 
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32
@@ -98,13 +114,36 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the archive in opts.Dir.
-func Open(opts Options) (*Store, error) {
+func Open(opts Options) (_ *Store, err error) {
 	opts.setDefaults()
+	defer func() {
+		if r := recover(); r != nil {
+			fp, ok := r.(fatalPanic)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("rawstore: open %s: %s", opts.Dir, fp.msg)
+			if isNoSpace(err) {
+				err = fmt.Errorf("%w: %v", ErrNoSpace, err)
+			}
+		}
+	}()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.NoCreate || opts.ReadOnly {
+		if err := isArchive(opts.FS, opts.Dir); err != nil {
+			return nil, err
+		}
+	}
+	fs := opts.FS
+	if opts.ReadOnly {
+		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
+	}
 	po := &pebble.Options{
-		FS:                          opts.FS,
+		FS:                          fs,
+		ReadOnly:                    opts.ReadOnly,
+		ErrorIfNotExists:            opts.NoCreate,
 		FormatMajorVersion:          pebble.FormatNewest,
 		MemTableSize:                opts.MemTableSize,
 		MemTableStopWritesThreshold: 4,
@@ -113,7 +152,7 @@ func Open(opts Options) (*Store, error) {
 		LBaseMaxBytes:               64 << 20,
 		Merger:                      counterMerger,
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 3 },
-		Logger:                      zapPebbleLogger{opts.Logger.Sugar()},
+		Logger:                      zapPebbleLogger{opts.Logger.Sugar(), opts.Logger, opts.Dir},
 	}
 	// Pebble charges memtables to the block cache: a cache no bigger than
 	// the memtables caches nothing, and every lookup then reads its filter
@@ -151,12 +190,27 @@ func Open(opts Options) (*Store, error) {
 			RewriteMinimumAge: 5 * time.Minute, TargetGarbageRatio: 1.0,
 		}
 	}
-	po.EventListener = opts.EventListener
+	f := &faults{dir: opts.Dir, fs: opts.FS, log: opts.Logger}
+	el := f.listener()
+	if opts.EventListener != nil {
+		el = pebble.TeeEventListener(el, *opts.EventListener)
+	}
+	po.EventListener = &el
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
+		if err := inUse(opts.Dir, err); errors.Is(err, ErrInUse) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes)}
+	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f}
+	if !opts.ReadOnly {
+		reserve := opts.ReserveBytes
+		if reserve == 0 {
+			reserve = DefaultReserveBytes
+		}
+		f.makeReserve(reserve)
+	}
 	if opts.NoSync {
 		s.sync = pebble.NoSync
 	}
@@ -251,8 +305,8 @@ func (s *Store) RelayIndex(url string) (uint32, error) {
 		return idx, nil
 	}
 	idx := uint32(len(s.relayURL))
-	if err := s.db.Set(relayKey(idx), relayRecord(url, nil), pebble.Sync); err != nil {
-		return 0, fmt.Errorf("rawstore: register relay %s: %w", url, err)
+	if err := s.gate("register relay "+url, func() error { return s.db.Set(relayKey(idx), relayRecord(url, nil), pebble.Sync) }); err != nil {
+		return 0, err
 	}
 	s.relayURL = append(s.relayURL, url)
 	s.relayIdx[url] = idx
@@ -334,6 +388,9 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
+	if pebble.IsCorruptionError(err) {
+		return nil, corrupt(key, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -361,8 +418,14 @@ func (s *Store) Sources(id [32]byte) ([]uint32, error) {
 	return out, it.Error()
 }
 
-type zapPebbleLogger struct{ s *zap.SugaredLogger }
+type zapPebbleLogger struct {
+	s   *zap.SugaredLogger
+	log *zap.Logger
+	dir string
+}
 
 func (l zapPebbleLogger) Infof(format string, args ...any)  { l.s.Debugf(format, args...) }
 func (l zapPebbleLogger) Errorf(format string, args ...any) { l.s.Errorf(format, args...) }
-func (l zapPebbleLogger) Fatalf(format string, args ...any) { l.s.Fatalf(format, args...) }
+func (l zapPebbleLogger) Fatalf(format string, args ...any) {
+	fatal(l.log, l.dir, fmt.Sprintf(format, args...))
+}

@@ -73,7 +73,8 @@ func (s *Store) LoadHot(p *Pending) bool {
 }
 
 // Load fetches p's bytes and relay; p.Raw stays nil when the copy is gone
-// (already resolved). Safe for concurrent use.
+// (already resolved). A copy that cannot be read back is a *CorruptError.
+// Safe for concurrent use.
 func (s *Store) Load(p *Pending) error {
 	if s.LoadHot(p) {
 		return nil
@@ -83,14 +84,14 @@ func (s *Store) Load(p *Pending) error {
 		key = altKey(&p.ID, p.Variant)
 	}
 	v, err := s.get(key)
-	if err != nil {
+	if err != nil || v == nil {
 		return err
 	}
-	if len(v) >= eventHeaderLen {
-		p.Relay = binary.BigEndian.Uint32(v[1:5])
-		p.Raw = v[eventHeaderLen:]
+	if p.Variant != nil && len(v) == 0 {
+		return nil // a resolved alternate
 	}
-	return nil
+	p.Relay, p.Raw, err = decodeEvent(key, v)
+	return err
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and
@@ -119,7 +120,7 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
 		}
 	}
-	return a.b.Commit(pebble.NoSync)
+	return s.gate("record verdicts", func() error { return a.b.Commit(pebble.NoSync) })
 }
 
 type applier struct {
@@ -241,7 +242,7 @@ func (a *applier) primaryValue(id *[32]byte) ([]byte, error) {
 }
 
 func (a *applier) quarantine(relay uint32, reason string, id *[32]byte, raw []byte) {
-	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, id, raw), nil)
+	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, "", id, raw), nil)
 }
 
 // ResetVerdicts forgets every verdict (`archiver reprocess --all`, e.g.
@@ -261,6 +262,10 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	kept, err := s.unrecomputable()
+	if err != nil {
+		return 0, err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
@@ -270,9 +275,21 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	_ = b.Merge(counterKey(CounterValid), delta(-st.Valid), nil)
-	_ = b.Merge(counterKey(CounterInvalid), delta(-st.Invalid), nil)
-	_ = b.Merge(counterKey(CounterPending), delta(st.Valid+st.Invalid), nil)
+	// A verdict whose body cannot be read could not be recomputed: it is
+	// written back after the range delete (later in the batch, so it wins).
+	var keptValid, keptInvalid int64
+	for _, k := range kept {
+		_ = b.Set(k.key, k.verdict, nil)
+		if k.verdict[0] == statusValid {
+			keptValid++
+		} else {
+			keptInvalid++
+			quarantined[string(k.verdict[5:])]++
+		}
+	}
+	_ = b.Merge(counterKey(CounterValid), delta(keptValid-st.Valid), nil)
+	_ = b.Merge(counterKey(CounterInvalid), delta(keptInvalid-st.Invalid), nil)
+	_ = b.Merge(counterKey(CounterPending), delta(st.Valid+st.Invalid-keptValid-keptInvalid), nil)
 	for reason, n := range st.InvalidCopies {
 		_ = b.Merge(counterKey(reasonPrefix+reason), delta(quarantined[reason]-n), nil)
 	}
@@ -281,11 +298,44 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 			_ = b.Merge(counterKey(reasonPrefix+reason), delta(n), nil)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return 0, fmt.Errorf("rawstore: reset verdicts: %w", err)
+	if err := s.gate("reset verdicts", func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return 0, err
 	}
 	s.unqueued.Store(true)
-	return st.Events, nil
+	return st.Events - int64(len(kept)), nil
+}
+
+type keptVerdict struct{ key, verdict []byte }
+
+// unrecomputable returns the verdicts of primary copies whose bytes cannot
+// be read back (noting each as damage): forgetting them would leave the
+// ids pending for ever, with nothing to judge. It reads every body, as the
+// scan that follows a reset does anyway.
+func (s *Store) unrecomputable() ([]keptVerdict, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []keptVerdict
+	for ok := it.First(); ok; {
+		k := append([]byte(nil), it.Key()...)
+		if _, _, err := s.readEvent(it); err == nil {
+			ok = it.Next()
+			continue
+		}
+		var id [32]byte
+		copy(id[:], k[1:])
+		v, err := s.get(verdictKey(&id))
+		if err != nil && !s.noteDamage(err) {
+			return nil, err
+		}
+		if len(v) >= 5 {
+			out = append(out, keptVerdict{verdictKey(&id), v})
+		}
+		ok = skipPast(it, k)
+	}
+	return out, it.Error()
 }
 
 func (s *Store) quarantineCounts() (map[string]int64, error) {
@@ -303,6 +353,7 @@ type Quarantined struct {
 	Relay  uint32
 	Reason string
 	ID     *[32]byte // nil for frames that had no usable id
+	Where  string    // where it was found, if known (Malformed.Where)
 	Raw    []byte    // valid only during the callback
 }
 
@@ -315,20 +366,10 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		v := it.Value()
-		if len(v) < 6 || len(v) < 6+int(v[4]) {
-			return errors.New("rawstore: corrupt quarantine entry")
+		q, err := decodeQuarantined(it.Key(), v)
+		if err != nil {
+			return err
 		}
-		q := Quarantined{Seq: binary.BigEndian.Uint64(it.Key()[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
-		rest := v[5+v[4]:]
-		if rest[0] == 1 && len(rest) >= 1+idLen {
-			var id [32]byte
-			copy(id[:], rest[1:])
-			q.ID = &id
-			rest = rest[1+idLen:]
-		} else {
-			rest = rest[1:]
-		}
-		q.Raw = rest
 		if err := fn(q); err != nil {
 			return err
 		}
@@ -336,9 +377,37 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 	return it.Error()
 }
 
+// decodeQuarantined decodes a Q entry (see quarantineValue).
+func decodeQuarantined(k, v []byte) (Quarantined, error) {
+	bad := fmt.Errorf("rawstore: corrupt quarantine entry %x", k)
+	if len(k) != 9 || len(v) < 6 || len(v) < 6+int(v[4]) {
+		return Quarantined{}, bad
+	}
+	q := Quarantined{Seq: binary.BigEndian.Uint64(k[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
+	flags, rest := v[5+v[4]], v[6+v[4]:]
+	if flags&quarID != 0 {
+		if len(rest) < idLen {
+			return Quarantined{}, bad
+		}
+		var id [32]byte
+		copy(id[:], rest)
+		q.ID, rest = &id, rest[idLen:]
+	}
+	if flags&quarWhere != 0 {
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return Quarantined{}, bad
+		}
+		q.Where, rest = string(rest[1:1+rest[0]]), rest[1+rest[0]:]
+	}
+	q.Raw = rest
+	return q, nil
+}
+
 // ForEachValid calls fn with every id whose stored copy verified, in id
 // order. raw is valid only during the callback. Nothing pending or invalid
-// is ever passed: this is what export reads.
+// is ever passed: this is what export reads. A damaged record (a verdict
+// or body that cannot be read back) is skipped and the walk goes on; the
+// error returned then is a *DamageError naming them (errors.Is ErrCorrupt).
 func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
@@ -350,24 +419,61 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 		return err
 	}
 	defer eit.Close()
+	var damage damageLog
+	bad := func(err error) {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			damage.add(ce)
+			s.damage.add(ce)
+		}
+	}
 	ek := make([]byte, 1+idLen)
 	ek[0] = prefixEvent
-	for vit.First(); vit.Valid(); vit.Next() {
-		if v := vit.Value(); len(v) == 0 || v[0] != statusValid {
+	for ok := vit.First(); ok; {
+		v, err := value(vit)
+		if err != nil {
+			bad(err)
+			ok = skipPast(vit, vit.Key())
+			continue
+		}
+		valid, _, _, err := decodeVerdict(vit.Key(), v)
+		if err != nil {
+			bad(err)
+		}
+		if !valid {
+			ok = vit.Next()
 			continue
 		}
 		copy(ek[1:], vit.Key()[1:])
 		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
-			return fmt.Errorf("rawstore: verdict without event %x", ek[1:9])
+			if err := eit.Error(); err != nil {
+				return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+			}
+			bad(corrupt(ek, errors.New("valid verdict without its event")))
+			ok = vit.Next()
+			continue
+		}
+		ev, err := value(eit)
+		var raw []byte
+		if err == nil {
+			_, raw, err = decodeEvent(ek, ev)
+		} else {
+			unexhaust(eit, ek)
+		}
+		if err != nil {
+			bad(err)
+			ok = vit.Next()
+			continue
 		}
 		var id [32]byte
 		copy(id[:], ek[1:])
-		if err := fn(id, eit.Value()[eventHeaderLen:]); err != nil {
+		if err := fn(id, raw); err != nil {
 			return err
 		}
+		ok = vit.Next()
 	}
 	if err := vit.Error(); err != nil {
-		return err
+		return fmt.Errorf("rawstore: read verdicts: %w", err)
 	}
-	return eit.Error()
+	return damage.err()
 }

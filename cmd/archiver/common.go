@@ -28,7 +28,18 @@ type common struct {
 	logFormat  string
 	cpuProfile string
 	hotBytes   int // rawstore.Options.HotBytes: set by commands that verify while they ingest
+	// access is how the command opens the archive: commands that only
+	// read never write, and nothing but a crawl creates an archive.
+	access access
 }
+
+type access int
+
+const (
+	accessCreate   access = iota // crawl, run: create the archive if needed
+	accessExisting               // reprocess: write, but only to an archive
+	accessReadOnly               // stats, export, check: never write
+)
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.data, "data", defaultDataDir, "archive directory")
@@ -109,7 +120,7 @@ func (c *common) open(fs *flag.FlagSet, args []string) (log *zap.Logger, store *
 	}
 	store, err = c.openStore(log)
 	if err != nil {
-		return nil, nil, fail(fs.Name(), fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return nil, nil, fail(fs.Name(), openError(c.data, err))
 	}
 	return log, store, 0
 }
@@ -155,10 +166,25 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func (c *common) openStore(log *zap.Logger) (*rawstore.Store, error) {
-	if err := os.MkdirAll(c.data, 0o755); err != nil {
-		return nil, err
+	if c.access == accessCreate {
+		if err := os.MkdirAll(c.data, 0o755); err != nil {
+			return nil, err
+		}
 	}
-	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log, HotBytes: c.hotBytes})
+	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log, HotBytes: c.hotBytes,
+		ReadOnly: c.access == accessReadOnly, NoCreate: c.access != accessCreate})
+}
+
+// openError says why the archive in dir could not be opened; the store's
+// own sentinels already name the directory and what to do is plain.
+func openError(dir string, err error) error {
+	switch {
+	case errors.Is(err, rawstore.ErrNotArchive):
+		return fmt.Errorf("%w; check --data (a crawl or run creates an archive)", err)
+	case errors.Is(err, rawstore.ErrInUse):
+		return fmt.Errorf("%w; stop it first (or read with stats/export, which share the archive with other readers only)", err)
+	}
+	return fmt.Errorf("cannot open archive %s: %w", dir, err)
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
-	"github.com/nostr-archiver/archiver/lazyparse"
-	"go.uber.org/zap"
 )
 
 func runCrawl(args []string) int {
@@ -99,7 +95,7 @@ func runCrawl(args []string) int {
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		return fail("crawl", fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return fail("crawl", openError(c.data, err))
 	}
 	// Shutdown order: the crawl stops first (its last batches are
 	// committed), then the verify pool finishes its batch, then the store
@@ -110,40 +106,26 @@ func runCrawl(args []string) int {
 		}
 	}()
 
-	var pool *lazyparse.Pool
-	poolCtx, stopPool := context.WithCancel(ctx)
-	defer stopPool()
-	var poolWG sync.WaitGroup
+	var ver *verifier
 	if !*noVerify {
-		pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
-		if err != nil {
+		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
 			return usageError("--verify-workers", err)
 		}
-		poolWG.Add(1)
-		go func() {
-			defer poolWG.Done()
-			if err := pool.Run(poolCtx); err != nil {
-				log.Error("verify pool stopped", zap.Error(err))
-			}
-		}()
-		opts.OnCommit = pool.Notify
+		opts.OnCommit = ver.Notify
 	}
 	opts.Store, opts.Logger = store, log
 	crawler, err := crawl.New(opts)
 	if err != nil {
-		stopPool()
-		poolWG.Wait()
+		if ver != nil {
+			ver.stop()
+		}
 		return usageError("crawl", err)
 	}
-	prog := startProgress(ctx, crawler, log, stderr)
+	prog := startProgress(ctx, log, stderr, crawlReport(crawler))
 	results := crawler.Run(ctx, relays)
 	prog.Stop()
-	stopPool()
-	poolWG.Wait()
-	if pool != nil && ctx.Err() == nil {
-		if _, err := pool.Drain(ctx); err != nil {
-			log.Error("verify", zap.Error(err))
-		}
+	if ver != nil {
+		ver.finish(ctx)
 	}
 	code := 0
 	for _, r := range results {

@@ -2,18 +2,20 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
 )
 
 func runExport(args []string) int {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	var c common
+	c := common{access: accessReadOnly}
 	out := fs.String("out", "-", "output file (- for stdout)")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
@@ -32,6 +34,11 @@ func runExport(args []string) int {
 		w = f
 	}
 	n, err := export(store, w)
+	if errors.Is(err, rawstore.ErrCorrupt) {
+		// Every line written is whole; the damaged events are missing.
+		fmt.Fprintf(os.Stderr, "exported %d valid events\n", n)
+		return fail("export", fmt.Errorf("%s: %w", c.data, err))
+	}
 	if err != nil {
 		log.Error("export", zap.Error(err))
 		return 1
@@ -51,6 +58,8 @@ func export(src validSource, w io.Writer) (int, error) {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	n := 0
 	var line []byte
+	// A damaged record is skipped by ForEachValid, which goes on and
+	// returns the damage at the end: flush what was read whole first.
 	err := src.ForEachValid(func(id [32]byte, raw []byte) error {
 		e, err := event.Parse(raw)
 		if err != nil || e.ID != id {
@@ -61,8 +70,8 @@ func export(src validSource, w io.Writer) (int, error) {
 		_, err = bw.Write(line)
 		return err
 	})
-	if err != nil {
-		return n, err
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
 	}
-	return n, bw.Flush()
+	return n, err
 }

@@ -13,7 +13,7 @@ import (
 
 func runReprocess(args []string) int {
 	fs := flag.NewFlagSet("reprocess", flag.ContinueOnError)
-	var c common
+	c := common{access: accessExisting}
 	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
 	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 	c.register(fs)

@@ -1,0 +1,139 @@
+package rawstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nostr-archiver/archiver/event"
+)
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	Records  int64 // records read back whole
+	Events   int64 // primary copies
+	Verdicts int64
+	Damaged  int // records that could not be read or decoded
+	// First lists the first damaged records (up to damageListed).
+	First []*CorruptError
+	// DamagedIDs are the event ids whose body or verdict is damaged, for
+	// a repair to fetch again.
+	DamagedIDs [][32]byte
+}
+
+// Err returns a *DamageError when something was damaged, else nil.
+func (r *CheckReport) Err() error {
+	if r.Damaged == 0 {
+		return nil
+	}
+	return &DamageError{N: r.Damaged, First: r.First}
+}
+
+// Check reads back every record of the archive (each block's checksum is
+// verified on the way) and decodes the event bodies, verdicts and queue
+// entries; a valid verdict must have its event, whose bytes must parse to
+// its id. Damage goes in the report; the error is for a failure to read on
+// (an unreadable key block ends the walk, reported as damage after the
+// last key read).
+func (s *Store) Check() (*CheckReport, error) {
+	r := &CheckReport{}
+	seen := map[[32]byte]bool{}
+	bad := func(ce *CorruptError) {
+		r.Damaged++
+		if len(r.First) < damageListed {
+			r.First = append(r.First, ce)
+		}
+		if id, ok := ce.ID(); ok && !seen[id] {
+			seen[id] = true
+			r.DamagedIDs = append(r.DamagedIDs, id)
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var last []byte
+	for ok := it.First(); ok; {
+		k := append(last[:0], it.Key()...)
+		last = k
+		v, err := value(it)
+		if err == nil {
+			err = s.checkRecord(k, v)
+		}
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			bad(ce)
+			ok = skipPast(it, k)
+			continue
+		case err != nil:
+			return r, err
+		}
+		r.Records++
+		switch k[0] {
+		case prefixEvent:
+			r.Events++
+		case prefixVerdict:
+			r.Verdicts++
+		}
+		ok = it.Next()
+	}
+	if err := it.Error(); err != nil {
+		if !pebble.IsCorruptionError(err) {
+			return r, fmt.Errorf("rawstore: check: %w", err)
+		}
+		bad(corrupt(append(last, 0), fmt.Errorf("keys after this one unreadable: %w", err)))
+	}
+	return r, nil
+}
+
+// checkRecord decodes one record by its kind.
+func (s *Store) checkRecord(k, v []byte) error {
+	switch k[0] {
+	case prefixEvent:
+		if len(k) != 1+idLen {
+			return corrupt(k, errors.New("event key of the wrong length"))
+		}
+		// A body that does not parse may be a malformed event (judged
+		// invalid, not damage): only a valid verdict's body must parse,
+		// which the verdict's check below sees to.
+		_, _, err := decodeEvent(k, v)
+		return err
+	case prefixAlternate:
+		if len(v) != 0 {
+			_, _, err := decodeEvent(k, v)
+			return err
+		}
+	case prefixVerdict:
+		valid, _, _, err := decodeVerdict(k, v)
+		if err != nil || !valid {
+			return err
+		}
+		var id [32]byte
+		copy(id[:], k[1:])
+		ev, err := s.get(eventKey(&id))
+		switch {
+		case err != nil:
+			return err
+		case ev == nil:
+			return corrupt(k, errors.New("valid verdict without its event"))
+		}
+		_, raw, err := decodeEvent(eventKey(&id), ev)
+		if err != nil {
+			return err
+		}
+		if e, err := event.Parse(raw); err != nil || e.ID != id {
+			return corrupt(eventKey(&id), fmt.Errorf("judged valid but does not parse to its id (%v)", err))
+		}
+	case prefixPending:
+		if len(k) != 9 || len(v) < idLen {
+			return corrupt(k, fmt.Errorf("queue entry of %d bytes", len(v)))
+		}
+	case prefixQuarant:
+		if len(v) < 6 || len(v) < 6+int(v[4]) {
+			return corrupt(k, fmt.Errorf("quarantine entry of %d bytes", len(v)))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package rawstore
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ErrCorrupt is matched (errors.Is) by every error about a record the
+// store cannot read back: a block failing its checksum, a missing blob, a
+// value too short for its kind.
+var ErrCorrupt = errors.New("damaged record")
+
+// CorruptError names one damaged record.
+type CorruptError struct {
+	Key []byte
+	Err error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("damaged record %s: %v", describeKey(e.Key), e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// ID returns the event id the damaged record belongs to, if it is keyed
+// by one.
+func (e *CorruptError) ID() ([32]byte, bool) {
+	var id [32]byte
+	if len(e.Key) >= 1+idLen {
+		switch e.Key[0] {
+		case prefixEvent, prefixAlternate, prefixVerdict, prefixProven:
+			copy(id[:], e.Key[1:])
+			return id, true
+		}
+	}
+	return id, false
+}
+
+// describeKey says what a key is for a person: "event <id>", "verdict
+// <id>", ...
+func describeKey(k []byte) string {
+	if len(k) == 0 {
+		return "(no key)"
+	}
+	kind := map[byte]string{
+		prefixEvent: "event", prefixAlternate: "alternate copy of event", prefixVerdict: "verdict of event",
+		prefixProven: "provenance of event", prefixPending: "queue entry", prefixQuarant: "quarantined copy",
+		prefixShard: "crawl cursor", prefixRelay: "relay record", prefixCounter: "counter",
+		prefixMalformed: "malformed-frame mark", prefixInternal: "store mark",
+	}[k[0]]
+	switch {
+	case kind == "":
+		return fmt.Sprintf("key %x", k)
+	case len(k) >= 1+idLen && (k[0] == prefixEvent || k[0] == prefixAlternate || k[0] == prefixVerdict || k[0] == prefixProven):
+		return kind + " " + hex.EncodeToString(k[1:1+idLen])
+	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant):
+		return fmt.Sprintf("%s %d", kind, binary.BigEndian.Uint64(k[1:]))
+	case k[0] == prefixCounter || k[0] == prefixInternal:
+		return fmt.Sprintf("%s %q", kind, k[1:])
+	}
+	return fmt.Sprintf("%s %x", kind, k[1:])
+}
+
+func corrupt(key []byte, err error) *CorruptError {
+	return &CorruptError{Key: append([]byte(nil), key...), Err: err}
+}
+
+// decodeEvent splits an E or A value into its first relay and raw bytes.
+func decodeEvent(key, v []byte) (relay uint32, raw []byte, err error) {
+	if len(v) < eventHeaderLen || v[0] != 1 {
+		return 0, nil, corrupt(key, fmt.Errorf("event record of %d bytes, version %v", len(v), v[:min(len(v), 1)]))
+	}
+	return binary.BigEndian.Uint32(v[1:5]), v[eventHeaderLen:], nil
+}
+
+// decodeVerdict splits a V value.
+func decodeVerdict(key, v []byte) (valid bool, relay uint32, reason string, err error) {
+	if len(v) < 5 || (v[0] != statusValid && v[0] != statusInvalid) {
+		return false, 0, "", corrupt(key, fmt.Errorf("verdict record of %d bytes", len(v)))
+	}
+	return v[0] == statusValid, binary.BigEndian.Uint32(v[1:5]), string(v[5:]), nil
+}
+
+// value reads the iterator's current value; an unreadable one comes back
+// as a *CorruptError, and the caller must reposition the iterator (Pebble
+// exhausts it) with skipPast.
+func value(it *pebble.Iterator) ([]byte, error) {
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, corrupt(it.Key(), err)
+	}
+	return v, nil
+}
+
+// skipPast repositions it just after key, clearing the error a failed
+// value read left.
+func skipPast(it *pebble.Iterator, key []byte) bool {
+	k := append(append([]byte(nil), key...), 0)
+	unexhaust(it, k)
+	return it.SeekGE(k)
+}
+
+// unexhaust lets the next SeekGE at or after key move: a failed value read
+// leaves the iterator exhausted, and Pebble answers a SeekGE to a later
+// key after a SeekGE from that state without moving (a seek
+// optimization). Any other positioning in between breaks the chain.
+func unexhaust(it *pebble.Iterator, key []byte) {
+	it.SeekLT(key)
+}
+
+// damageLog keeps what the store found damaged since it was opened, so
+// that a command can refuse to call its work complete over it.
+type damageLog struct {
+	mu    sync.Mutex
+	n     int
+	first []*CorruptError
+}
+
+const damageListed = 10 // examples kept; the count goes on
+
+func (d *damageLog) add(e *CorruptError) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.n++
+	if len(d.first) < damageListed {
+		d.first = append(d.first, e)
+	}
+}
+
+// DamageError sums up damaged records: how many, and the first few.
+type DamageError struct {
+	N     int
+	First []*CorruptError
+}
+
+func (e *DamageError) Error() string {
+	parts := make([]string, len(e.First))
+	for i, c := range e.First {
+		parts[i] = c.Error()
+	}
+	more := ""
+	if e.N > len(e.First) {
+		more = fmt.Sprintf("; and %d more", e.N-len(e.First))
+	}
+	return fmt.Sprintf("%d damaged records (run `archiver check`, then `archiver repair`): %s%s", e.N, strings.Join(parts, "; "), more)
+}
+
+func (e *DamageError) Is(target error) bool { return target == ErrCorrupt }
+
+func (d *damageLog) err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == 0 {
+		return nil
+	}
+	return &DamageError{N: d.n, First: append([]*CorruptError(nil), d.first...)}
+}
+
+// Damage returns a *DamageError for the damaged records this store met
+// since it was opened (each skipped where it was met), or nil.
+func (s *Store) Damage() error { return s.damage.err() }
+
+// noteDamage records err if it is a *CorruptError and reports whether it
+// was one (so the caller skips the record rather than failing).
+func (s *Store) noteDamage(err error) bool {
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	s.damage.add(ce)
+	s.opts.Logger.Sugar().Warnf("rawstore: %v (skipped)", ce)
+	return true
+}

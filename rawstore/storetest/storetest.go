@@ -1,0 +1,107 @@
+// Package storetest builds real archives on disk and damages them, for the
+// fault tests of rawstore and the commands.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/rawstore"
+)
+
+// Event returns the i-th test event: well formed, its id computed, its
+// signature zero (Fill judges them valid by fiat), content long enough
+// (about 600 bytes) that Pebble keeps the body in a blob file.
+func Event(i int) (id [32]byte, raw []byte) {
+	e := &event.Event{CreatedAt: 1_700_000_000 + int64(i), Kind: 1, Tags: [][]string{},
+		Content: fmt.Sprintf("event %d ", i) + strings.Repeat("x", 600)}
+	e.PubKey[0] = 1
+	e.ID, _ = e.ComputeID(nil)
+	return e.ID, event.AppendJSON(nil, e)
+}
+
+// Fill creates an archive in dir holding events 0..n-1 from relay url,
+// every one judged valid, flushed to sstables and blob files, and closes
+// it. It returns the ids.
+func Fill(t testing.TB, dir, url string, n int) map[[32]byte]bool {
+	t.Helper()
+	s, err := rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	relay, err := s.RelayIndex(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[[32]byte]bool{}
+	b := &rawstore.Batch{Relay: relay}
+	for i := range n {
+		id, raw := Event(i)
+		ids[id] = true
+		b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: raw})
+		if len(b.Events) == 500 || i == n-1 {
+			if _, err := s.Ingest(b); err != nil {
+				t.Fatal(err)
+			}
+			b = &rawstore.Batch{Relay: relay}
+		}
+	}
+	if _, err := s.ScanPending(context.Background(), 500, AllValid); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// AllValid is a rawstore.Judge that finds everything valid.
+func AllValid(items []rawstore.Pending, vs []rawstore.Verdict) error {
+	for i := range vs {
+		vs[i] = rawstore.Verdict{Valid: true}
+	}
+	return nil
+}
+
+// Garble overwrites size bytes in the middle of the largest file in dir
+// whose name ends in ext (".blob", ".sst") and returns its name.
+func Garble(t testing.TB, dir, ext string, size int) string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*"+ext))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no %s file in %s (%v)", ext, dir, err)
+	}
+	var name string
+	var biggest int64
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil && fi.Size() > biggest {
+			name, biggest = n, fi.Size()
+		}
+	}
+	if biggest < int64(size) {
+		t.Fatalf("%s has %d bytes, fewer than the %d to garble", name, biggest, size)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	junk := make([]byte, size)
+	for i := range junk {
+		junk[i] = byte(i*131 + 7)
+	}
+	if _, err := f.WriteAt(junk, (biggest-int64(size))/2); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
