@@ -43,7 +43,7 @@ func (k EndKind) String() string {
 
 // Malformed is a frame that does not parse, kept for quarantine. The
 // transport knows nothing of the store: the crawl hands these to it as
-// rawstore.Malformed (the same fields).
+// rawstore.Malformed (see toStore).
 type Malformed struct {
 	Raw    []byte
 	Reason string
