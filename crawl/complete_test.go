@@ -36,6 +36,7 @@ func TestCompleteness(t *testing.T) {
 		finish  string // drained, or the honest reason
 		detail  string
 		missing int // valid events a relay never serves (the unproven case)
+		proof   string // every range's proof when drained (default: count where the relay counts)
 	}{
 		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
 			relay: testrelay.Options{}, finish: crawl.FinishDrained},
@@ -54,6 +55,11 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
+		// The same relay offering NIP-77: the audit reconciles each range,
+		// fetches by id what the pages never showed, and proves it.
+		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true, NIP77: true},
+			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fixture.CacheDir = fixtureCache(t)
@@ -74,9 +80,13 @@ func TestCompleteness(t *testing.T) {
 			}
 			if tc.missing == 0 {
 				assertExactValidSet(t, a, f)
+				proof := tc.proof
+				if proof == "" && tc.relay.SupportCount {
+					proof = crawl.ProofCount
+				}
 				for _, c := range rec.Coverage {
-					if tc.relay.SupportCount && c.Proof != crawl.ProofCount {
-						t.Errorf("range %+v not proven by COUNT", c)
+					if proof != "" && c.Proof != proof {
+						t.Errorf("range %+v not proven by %s", c, proof)
 					}
 					// A range is paged again only when the relay dropped
 					// events from it: else the first pass's count is exact.

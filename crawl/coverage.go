@@ -2,10 +2,12 @@ package crawl
 
 import (
 	"context"
-	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
@@ -19,7 +21,7 @@ type RangeCoverage struct {
 	Until int64 `json:"until"`
 	// Proof is ProofPaged, ProofCount or ProofUnproven.
 	Proof string `json:"proof"`
-	Held  int64  `json:"held"`            // distinct ids this run fetched in the range
+	Held  int64  `json:"held"`            // distinct events of the relay the archive holds in the range (and malformed frames it served)
 	Count int64  `json:"count,omitempty"` // the relay's NIP-45 COUNT for it, when answered
 	// Repaged counts the times a short range was paged again.
 	Repaged int    `json:"repaged,omitempty"`
@@ -31,66 +33,28 @@ type RangeCoverage struct {
 const (
 	ProofPaged    = "paged"    // paged to the end; the relay answers no COUNT to check it by
 	ProofCount    = "count"    // paged to the end, and the relay's COUNT is no more than held
+	ProofNIP77    = "nip77"    // reconciled over NIP-77: the relay has no event in the range the archive lacks
 	ProofUnproven = "unproven" // the relay's COUNT says more than paging (even again) yields
 )
+
+// maxNegAudit bounds the ids of a range reconciled over NIP-77 in one
+// piece (the archive's side is held in memory, 40 bytes an id); larger
+// ranges are checked by COUNT.
+const maxNegAudit = 1 << 20
 
 // maxRepages bounds how often a range whose COUNT disagrees is paged again.
 const maxRepages = 2
 
-// tally counts the distinct ids one shard's pages fetched in [Since, top]
-// with O(page) memory: pages only overlap in the second at the cursor, so
-// only that second's ids are kept.
+// tally is what the audit needs of one shard's paging this run: where
+// the run started it, and the malformed frames its pages carried (the
+// relay's COUNT counts what it serves as malformed too). What the range
+// holds is counted from the archive at audit time, never from pages: a
+// page asked before a steal split the shard also carries events of the
+// part given away, and counting those as held proved a range that was
+// missing events.
 type tally struct {
-	top      int64 // the cursor this run started the shard at
-	held     int64
-	boundary int64 // the cursor second
-	ids      map[[32]byte]bool
-}
-
-func newTally(top int64) *tally {
-	return &tally{top: top, boundary: top, ids: map[[32]byte]bool{}}
-}
-
-// add counts a page asked for [since, cursor] with its malformed frames:
-// those are what the relay served, and its COUNT counts them too (a copy
-// across two pages may count twice: malformed frames are no events to
-// lose).
-func (t *tally) add(since, cursor int64, items []Item, malformed int) {
-	t.held += int64(malformed)
-	if cursor < t.boundary { // the cursor moved past the boundary second
-		t.boundary, t.ids = cursor, map[[32]byte]bool{}
-	}
-	oldest := t.boundary
-	page := make(map[[32]byte]bool, len(items))
-	for _, it := range items {
-		if it.CreatedAt > cursor || it.CreatedAt < since || page[it.ID] || it.CreatedAt == t.boundary && t.ids[it.ID] {
-			continue
-		}
-		page[it.ID] = true
-		t.held++
-		oldest = min(oldest, it.CreatedAt)
-	}
-	if oldest < t.boundary {
-		t.boundary, t.ids = oldest, map[[32]byte]bool{}
-	}
-	for _, it := range items {
-		if it.CreatedAt == t.boundary && page[it.ID] {
-			t.ids[it.ID] = true
-		}
-	}
-}
-
-// addIDs counts a wall's ids, if the tally is at that second.
-func (t *tally) addIDs(second int64, ids map[[32]byte]bool) {
-	if t.boundary != second {
-		return
-	}
-	for x := range ids {
-		if !t.ids[x] {
-			t.ids[x] = true
-			t.held++
-		}
-	}
+	top       int64 // the cursor this run started the shard at
+	malformed int64
 }
 
 // tally counts a page of shard s (as it stood when the page was asked)
@@ -101,19 +65,36 @@ func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
 	r.known.observe(items)
 	t := r.tallies[s.ID]
 	if t == nil {
-		t = newTally(s.Cursor)
+		t = &tally{top: s.Cursor}
 		r.tallies[s.ID] = t
 	}
-	t.add(s.Since, s.Cursor, items, malformed)
+	t.malformed += int64(malformed)
 }
 
-// tallyIDs counts a wall's ids into shard id's tally.
-func (r *relayCrawl) tallyIDs(id string, second int64, ids map[[32]byte]bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t := r.tallies[id]; t != nil {
-		t.addIDs(second, ids)
+// held counts the distinct events in [since, until] that the archive holds
+// from this relay and that match the crawl's filter.
+func (r *relayCrawl) held(since, until int64) (int64, error) {
+	var match func(raw []byte) bool
+	if len(r.c.opts.Kinds) > 0 || len(r.c.opts.Authors) > 0 {
+		kinds := map[int]bool{}
+		for _, k := range r.c.opts.Kinds {
+			kinds[k] = true
+		}
+		authors := map[string]bool{}
+		for _, a := range r.c.opts.Authors {
+			authors[a] = true
+		}
+		match = func(raw []byte) bool {
+			e, err := event.Parse(raw)
+			return err == nil && (len(kinds) == 0 || kinds[e.Kind]) &&
+				(len(authors) == 0 || authors[hex.EncodeToString(e.PubKey[:])])
+		}
 	}
+	hi := uint64(math.MaxUint64)
+	if until != shard.OpenTop {
+		hi = uint64(until)
+	}
+	return r.c.opts.Store.CountServed(r.idx, uint64(max(since, 0)), hi, match)
 }
 
 // observeAuthors shows items' authors to the known-author set.
@@ -136,13 +117,13 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 	shards := r.queue.Shards()
 	type rng struct {
 		since, until int64
-		held         int64
+		malformed    int64
 		earlier      bool
 	}
 	var todo []rng
 	for _, s := range shards {
 		if t := r.tallies[s.ID]; t != nil {
-			todo = append(todo, rng{s.Since, t.top, t.held, false})
+			todo = append(todo, rng{s.Since, t.top, t.malformed, false})
 		} else {
 			todo = append(todo, rng{s.Since, s.Until, 0, true})
 		}
@@ -154,17 +135,33 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		if ctx.Err() != nil {
 			break
 		}
-		c := RangeCoverage{Since: g.since, Until: g.until, Held: g.held, Proof: ProofPaged, At: now}
+		c := RangeCoverage{Since: g.since, Until: g.until, Proof: ProofPaged, At: now}
 		if g.until == shard.OpenTop {
 			c.Until = 0
 		}
+		held, err := r.held(g.since, g.until)
+		c.Held = held + g.malformed
+		if err == nil && r.nip77 && held <= maxNegAudit {
+			// Reconciliation proves the range whatever COUNT says, and
+			// fetches what the pages missed.
+			ok, fetched, nerr := r.negRange(ctx, g.since, g.until)
+			if nerr == nil && ok {
+				c.Proof, c.Held = ProofNIP77, held+int64(fetched)+g.malformed
+				out = append(out, c)
+				continue
+			}
+			r.log.Info("NIP-77 could not prove the range; COUNT is checked instead", zap.Int64("since", g.since),
+				zap.Int64("until", g.until), zap.Bool("complete", ok), zap.Error(nerr))
+		}
 		switch {
+		case err != nil:
+			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("counting what the archive holds: %v", err)
 		case g.earlier:
 			c.Why = "paged by an earlier run"
 		case !r.count:
 			c.Why = "the relay answers no COUNT"
 		default:
-			r.checkRange(ctx, &c, g.since, g.until)
+			r.checkRange(ctx, &c, g.since, g.until, g.malformed)
 		}
 		out = append(out, c)
 	}
@@ -172,11 +169,10 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 }
 
 // checkRange compares c's held count with the relay's COUNT for [since,
-// until], paging the range again while it is short. The ids of the
-// passes again are kept (up to maxUnion), so that a relay dropping other
-// events each pass is read whole by their union.
-func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until int64) {
-	union := map[[32]byte]bool{}
+// until], paging the range again while it is short (a relay that drops
+// other events each pass is read whole by the passes together) and
+// counting again what the archive holds.
+func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until, malformed int64) {
 	for {
 		n, ok := r.countEvents(ctx, since, until)
 		if !ok {
@@ -194,8 +190,12 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			return
 		}
 		c.Repaged++
-		err := r.repage(ctx, since, until, union)
-		c.Held = max(c.Held, int64(len(union)))
+		err := r.repage(ctx, since, until)
+		if err == nil {
+			var held int64
+			held, err = r.held(since, until)
+			c.Held = held + malformed
+		}
 		r.log.Info("range short of COUNT; paged again", zap.Int64("since", since), zap.Int64("until", until),
 			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
 		if err != nil {
@@ -205,20 +205,11 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 	}
 }
 
-// maxUnion bounds the ids kept while a short range is paged again.
-const maxUnion = 1 << 20
-
 // repage pages [since, until] newest-first again without moving any
-// shard's cursor, completing walls on the way, and adds the distinct ids
-// it fetched in range to union (while it has room).
-func (r *relayCrawl) repage(ctx context.Context, since, until int64, union map[[32]byte]bool) error {
+// shard's cursor, completing walls on the way; what it fetches is stored.
+func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 	cursor := until
 	failures, slowdowns := 0, 0
-	add := func(id [32]byte) {
-		if len(union) < maxUnion {
-			union[id] = true
-		}
-	}
 	for cursor >= since {
 		page, pc, err := r.fetch(ctx, r.filter(since, cursor, nil, nil))
 		if err != nil {
@@ -240,21 +231,11 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64, union map[[
 			frames++
 			if !distinct[it.ID] {
 				distinct[it.ID] = true
-				add(it.ID)
 				n++
 				oldest = min(oldest, it.CreatedAt)
 			}
 		}
-		malformed := r.malformed(pc, page)
-		for _, m := range malformed {
-			// The relay's COUNT counts what it serves as malformed too.
-			key := m.Key
-			if key == nil {
-				key = m.Raw
-			}
-			add(sha256.Sum256(key))
-		}
-		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: malformed}); err != nil {
+		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: r.malformed(pc, page)}); err != nil {
 			return fmt.Errorf("store: %w", err)
 		}
 		r.c.opts.OnCommit()
@@ -265,12 +246,8 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64, union map[[
 			cursor = oldest
 		default:
 			if r.full(n, frames) {
-				ids, err := r.completeWall(ctx, cursor)
-				if err != nil {
+				if err := r.completeWall(ctx, cursor); err != nil {
 					return err
-				}
-				for id := range ids {
-					add(id)
 				}
 			}
 			cursor--
@@ -304,7 +281,7 @@ func (r *relayCrawl) retryWalls(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := r.completeWall(ctx, s); err != nil {
+		if err := r.completeWall(ctx, s); err != nil {
 			r.log.Info("wall retry failed", zap.Int64("second", s), zap.Error(err))
 		}
 	}

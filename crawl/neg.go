@@ -13,6 +13,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
 
@@ -369,12 +370,17 @@ func negFilter(since, until int64) []byte {
 // maxUntil stands for "no upper bound" in NIP-77 windows.
 const maxUntil = int64(1<<63 - 1)
 
-// negWall proves or completes one wall second [second, second] over
-// NIP-77: it reconciles the archive's ids of that second with the
-// relay's, fetches what is missing, and reports whether the second is
-// now held in full.
+// negWall proves or completes one wall second over NIP-77 (negRange).
 func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, fetched int, err error) {
-	items, err := localItems(r.c.opts.Store, second, second)
+	return r.negRange(ctx, second, second)
+}
+
+// negRange proves or completes [since, until] (until shard.OpenTop: no
+// upper bound) over NIP-77: it reconciles the archive's ids of the range
+// with the relay's, fetches what is missing, and reports whether the
+// range is now held in full.
+func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete bool, fetched int, err error) {
+	items, err := localItems(r.c.opts.Store, since, until)
 	if err != nil {
 		return false, 0, err
 	}
@@ -383,16 +389,20 @@ func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, 
 		return false, 0, err
 	}
 	defer r.conns.release(pc)
-	f := r.c.opts.jobFilter(&second, &second, 0).bytes()
+	top := &until
+	if until == shard.OpenTop {
+		top = nil
+	}
+	f := r.c.opts.jobFilter(&since, top, 0).bytes()
 	out, err := reconcileOn(ctx, pc.c, f, items, r.c.opts.PageTimeout)
 	if err != nil {
-		return false, 0, fmt.Errorf("NIP-77 wall %d on %s: %w", second, r.url, err)
+		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)
 	}
 	missing, _, err := fetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.need, 100, 8, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, len(out.need) - len(missing), err
 	}
-	r.log.Info("wall reconciled over NIP-77", zap.Int64("second", second), zap.Int("needed", len(out.need)),
+	r.log.Info("range reconciled over NIP-77", zap.Int64("since", since), zap.Int64("until", until), zap.Int("needed", len(out.need)),
 		zap.Int("missing", len(missing)), zap.Int("rounds", out.rounds))
 	return len(missing) == 0, len(out.need) - len(missing), nil
 }

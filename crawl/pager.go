@@ -306,11 +306,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 				return s, nil, err
 			}
 			page.Items, malformed = nil, nil
-			ids, err := r.completeWall(ctx, s.Cursor)
-			if err != nil {
+			if err := r.completeWall(ctx, s.Cursor); err != nil {
 				return s, nil, err
 			}
-			r.tallyIDs(s.ID, s.Cursor, ids)
 		}
 		cursor = s.Cursor - 1
 	}

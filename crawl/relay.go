@@ -89,7 +89,7 @@ type relayCrawl struct {
 	// shardsDirty: a steal split a shard; the next commit persists every
 	// shard's state.
 	shardsDirty bool
-	// tallies count each shard's distinct ids for the COUNT audit.
+	// tallies keep what the COUNT audit needs of each shard's paging.
 	tallies map[string]*tally
 	known   knownAuthors
 	// workerDone wakes the scheduler when a worker stops.

@@ -18,16 +18,15 @@ import (
 // proven complete: the relay's NIP-45 COUNT for it matches the distinct ids
 // fetched, or (without COUNT) the whole second fit in one page. REQ can
 // only name kinds, authors and tag values some answer showed, so each step
-// widens what is named. What stays unproven is reported with why. It
-// returns the ids fetched for the second.
-func (r *relayCrawl) completeWall(ctx context.Context, second int64) (map[[32]byte]bool, error) {
+// widens what is named. What stays unproven is reported with why.
+func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	w := &wallRun{plan: shard.NewWallPlan(second, shard.DefaultMaxAuthors), ids: map[[32]byte]bool{},
 		tags: map[string]map[string]bool{}, count: -1}
 	// The whole second once, to learn its kinds (the page that found the
 	// wall may have been from a wider filter).
 	full, _, err := w.query(ctx, r, r.filterJSON(second, second, nil, nil))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w.full = full
 	noCount := "the relay answers no COUNT"
@@ -49,7 +48,7 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) (map[[32]by
 		}
 		methods = append(methods, step.name)
 		if err := step.run(ctx, r, w); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	report := WallReport{Second: second, Events: len(w.ids) + w.negFetched, Complete: w.proven(), Method: strings.Join(methods, "+")}
@@ -76,7 +75,7 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) (map[[32]by
 	r.rec.Walls = slices.DeleteFunc(r.rec.Walls, func(x WallReport) bool { return x.Second == second })
 	r.rec.Walls = append(r.rec.Walls, report)
 	r.mu.Unlock()
-	return w.ids, nil
+	return nil
 }
 
 // wallStep is one way of listing a wall second's events. Steps run in

@@ -1,6 +1,7 @@
 package rawstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -123,4 +124,46 @@ func (s *Store) Has(id [32]byte) (bool, error) {
 		return false, err
 	}
 	return v != nil, nil
+}
+
+// CountServed counts the stored events with since <= created_at <= until
+// that relay served (first, or as a later copy) and that match accepts
+// (nil: all). It is what a crawl holds of a relay's range, whatever the
+// pages that fetched it looked like.
+func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
+	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return 0, err
+	}
+	defer eit.Close()
+	var n int64
+	ek := make([]byte, 1+idLen)
+	ek[0] = prefixEvent
+	err = s.IDsInRange(since, until, func(_ uint64, id [32]byte) error {
+		copy(ek[1:], id[:])
+		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
+			return eit.Error()
+		}
+		v, err := eit.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
+		}
+		if len(v) < eventHeaderLen {
+			return nil
+		}
+		if binary.BigEndian.Uint32(v[1:5]) != relay {
+			_, closer, err := s.db.Get(provKey(&id, relay))
+			if errors.Is(err, pebble.ErrNotFound) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("rawstore: read provenance of %x: %w", id[:8], err)
+			}
+			closer.Close()
+		}
+		if match == nil || match(v[eventHeaderLen:]) {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }

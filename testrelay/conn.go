@@ -210,7 +210,9 @@ func (c *conn) serve(j job) error {
 		slices.Sort(pos)
 		pos = slices.Compact(pos)
 	}
-	if o.DuplicateEvery > 0 || o.OmitEvery > 0 {
+	// Lookups by id are served straight, as relays that lose events from
+	// their time-range scans (a broken index) still find them by id.
+	if (o.DuplicateEvery > 0 || o.OmitEvery > 0) && !byIDs(j.filters) {
 		lim := -1
 		if len(j.filters) == 1 {
 			lim = j.filters[0].effectiveLimit(o)
@@ -561,6 +563,16 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 func (c *conn) refuse(v ...any) {
 	c.r.st.refusals.Add(1)
 	c.sendMsg(v...)
+}
+
+// byIDs reports whether every filter names ids.
+func byIDs(fs []filter) bool {
+	for i := range fs {
+		if len(fs[i].ids) == 0 {
+			return false
+		}
+	}
+	return len(fs) > 0
 }
 
 // bend applies OmitEvery and DuplicateEvery to a page's positions (in

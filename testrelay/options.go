@@ -127,7 +127,8 @@ type Options struct {
 	DuplicateEvery   int
 	DuplicateInLimit bool
 
-	// OmitEvery silently drops every Nth event from REQ pages (counted over
+	// OmitEvery silently drops every Nth event from REQ pages (not from
+	// lookups by id) (counted over
 	// the relay, so another pass drops others) while COUNT still counts it.
 	// With OmitForever it drops the same events every time: those whose id
 	// hashes to 0 mod N. 0 means never.

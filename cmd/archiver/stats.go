@@ -89,7 +89,7 @@ func coverageLine(c crawl.RangeCoverage) string {
 		until = strconv.FormatInt(c.Until, 10)
 	}
 	line := fmt.Sprintf("[%d, %s]: %s, held %d", c.Since, until, c.Proof, c.Held)
-	if c.Proof != crawl.ProofPaged {
+	if c.Proof == crawl.ProofCount || c.Proof == crawl.ProofUnproven && c.Count > 0 {
 		line += fmt.Sprintf(", relay COUNT %d", c.Count)
 	}
 	if c.Repaged > 0 {
