@@ -34,6 +34,11 @@ type Config struct {
 	Listen string `toml:"listen"`
 	// LogLevel is debug, info, warn or error. Default "info".
 	LogLevel string `toml:"log_level"`
+	// AuthKeyFile is the NIP-42 key (hex or nsec; a file only its owner
+	// may read) for every relay that asks for AUTH, including the relays
+	// of NATS jobs. Unset: $ARCHIVER_AUTH_KEY, else the systemd credential
+	// nostr-auth-key, else no key. See AuthKeys.
+	AuthKeyFile string `toml:"auth_key_file,omitempty"`
 
 	Limits Limits `toml:"limits"`
 
@@ -109,6 +114,9 @@ type Relay struct {
 	// TailOverlap is how far before the newest archived created_at the
 	// live subscription and each catch-up start. Default "10m".
 	TailOverlap Duration `toml:"tail_overlap"`
+	// AuthKeyFile is this relay's own NIP-42 key file, over the top-level
+	// auth_key_file.
+	AuthKeyFile string `toml:"auth_key_file,omitempty"`
 }
 
 // NATS is the optional [nats] section: the job queue of a fleet of

@@ -136,9 +136,10 @@ func TestFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		DataDir:  "/srv/archive",
-		Listen:   "[::1]:9000",
-		LogLevel: "debug",
+		DataDir:     "/srv/archive",
+		Listen:      "[::1]:9000",
+		LogLevel:    "debug",
+		AuthKeyFile: "/etc/archiver/nostr.key",
 		Limits: Limits{
 			MaxConnections:         128,
 			MaxConnectionsPerRelay: 8,
@@ -158,6 +159,7 @@ func TestFull(t *testing.T) {
 			Live:            false,
 			CatchupInterval: Duration(30 * time.Minute),
 			TailOverlap:     Duration(5 * time.Minute),
+			AuthKeyFile:     "/etc/archiver/example.key",
 		}, {
 			URL:             "wss://nos.lol",
 			Since:           1672531200, // a TOML local date is midnight UTC

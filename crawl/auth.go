@@ -175,7 +175,7 @@ func (r *relayCrawl) answerAuth(ctx context.Context, pc *poolConn, page *Page) a
 	key := r.c.opts.AuthKeys.For(r.url)
 	switch {
 	case key == nil:
-		r.fail(FinishAuthRequired, page.Reason+" (no key given: see --auth-key-file)")
+		r.fail(FinishAuthRequired, page.Reason+" (no key given)")
 		return authStop
 	case page.SentAuthed:
 		pub := key.PublicKey()

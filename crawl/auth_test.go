@@ -1,15 +1,18 @@
 package crawl_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/bip340"
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/zap/zaptest"
 )
 
 func testKey(t testing.TB, seed string) (*bip340.PrivateKey, string) {
@@ -54,7 +57,7 @@ func TestAuthCrawl(t *testing.T) {
 			finish: crawl.FinishDrained},
 		{name: "no key", relay: testrelay.Options{AuthRequired: true},
 			keys:   func(string) *crawl.AuthKeys { return nil },
-			finish: crawl.FinishAuthRequired, detail: []string{"auth-required:", "--auth-key-file"}},
+			finish: crawl.FinishAuthRequired, detail: []string{"auth-required:", "no key given"}},
 		{name: "not whitelisted", relay: testrelay.Options{AuthRequired: true, AuthAllow: []string{memberPub}},
 			keys:   func(string) *crawl.AuthKeys { return &crawl.AuthKeys{Default: outsider} },
 			finish: crawl.FinishRestricted, detail: []string{"restricted:", outsiderPub}},
@@ -99,4 +102,66 @@ func TestAuthCrawl(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A live tail on a relay that wants AUTH answers the challenge and
+// subscribes again on the same connection: history and what is published
+// afterwards are stored. Without a key the tail returns the relay's
+// auth-required reason at once, naming the relay.
+func TestAuthTail(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 12, Events: 300, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := testKey(t, "tail")
+	history, future := f.Items[:150], f.Items[150:]
+	relay := startRelay(t, testrelay.Options{AuthRequired: true}, history)
+
+	a := openArchive(t)
+	noKey, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := noKey.Tail(context.Background(), relay.URL(), crawl.TailOptions{Since: f.Since}); err == nil ||
+		!strings.Contains(err.Error(), "auth-required:") || !strings.Contains(err.Error(), relay.URL()) {
+		t.Fatalf("tail without a key: %v", err)
+	}
+
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), AuthKeys: &crawl.AuthKeys{Default: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour}); err != nil {
+			t.Errorf("tail: %v", err)
+		}
+	}()
+	waitEvents := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if st, _ := a.store.Stats(); st.Events >= int64(n) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		st, _ := a.store.Stats()
+		t.Fatalf("archive holds %d events, want %d", st.Events, n)
+	}
+	waitEvents(len(history))
+	relay.Add(future...)
+	waitEvents(len(f.Items))
+	cancel()
+	wg.Wait()
+	if st := relay.Stats(); st.AuthOK != 1 || st.AuthFailed != 0 {
+		t.Errorf("relay saw %d AUTHs accepted, %d rejected; want one accepted", st.AuthOK, st.AuthFailed)
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
 }

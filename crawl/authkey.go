@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,16 +95,15 @@ func ReadAuthKeyFile(path string) (*bip340.PrivateKey, error) {
 		return nil, fmt.Errorf("auth key file %s is readable by every user (mode %04o): run `chmod 600 %s` and try again",
 			path, st.Mode().Perm(), path)
 	}
-	buf := make([]byte, maxKeyFile+1)
-	n, err := f.Read(buf)
+	buf, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	defer clear(buf)
 	if err != nil {
 		return nil, fmt.Errorf("auth key file %s: %w", path, err)
 	}
-	if n > maxKeyFile {
+	if len(buf) > maxKeyFile {
 		return nil, fmt.Errorf("auth key file %s: larger than %d bytes, not a key", path, maxKeyFile)
 	}
-	k, err := ParseAuthKey(string(buf[:n]))
+	k, err := ParseAuthKey(string(buf))
 	if err != nil {
 		return nil, fmt.Errorf("auth key file %s: %w", path, err)
 	}

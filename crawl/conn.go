@@ -16,7 +16,6 @@ import (
 
 	"github.com/lxzan/gws"
 	"github.com/nostr-archiver/archiver/frame"
-	"github.com/nostr-archiver/archiver/rawstore"
 )
 
 // ErrTooManyRequests means the relay refused the WebSocket upgrade with
@@ -42,6 +41,17 @@ func (k EndKind) String() string {
 	return [...]string{"eose", "closed", "notice", "timeout", "conn-lost", "overflow"}[k]
 }
 
+// Malformed is a frame that does not parse, kept for quarantine. The
+// transport knows nothing of the store: the crawl hands these to it as
+// rawstore.Malformed (see toStore).
+type Malformed struct {
+	Raw    []byte
+	Reason string
+	// Key identifies the same bad frame across subscriptions (the frame
+	// with its subscription id blanked); nil means Raw itself.
+	Key []byte
+}
+
 // Item is one EVENT copy as received, keyed by its scanned id.
 type Item struct {
 	ID        [32]byte
@@ -52,7 +62,7 @@ type Item struct {
 // Page is what one REQ returned.
 type Page struct {
 	Items     []Item
-	Malformed []rawstore.Malformed
+	Malformed []Malformed
 	Bytes     int
 	End       EndKind
 	Reason    string // CLOSED / NOTICE text
@@ -77,7 +87,7 @@ type Conn struct {
 	order     []*sub // REQs in send order, for NOTICE attribution
 	nextSub   uint64
 	challenge string
-	orphans   []rawstore.Malformed // malformed frames with no subscription
+	orphans   []Malformed // malformed frames with no subscription
 	closeErr  error
 	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
 	// held counts the malformed frames (and their bytes) kept for
@@ -113,6 +123,10 @@ type DialOptions struct {
 	DialTimeout  time.Duration // TCP + TLS + upgrade
 	PingInterval time.Duration
 	TLS          *tls.Config // cloned per dial
+	// NetDial opens the TCP connection; nil means a net.Dialer. Tests
+	// give a net.Pipe here, so timeouts and backoff run in virtual time
+	// (testing/synctest).
+	NetDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Dial connects to a relay. The returned Conn owns a read loop and a ping
@@ -128,8 +142,11 @@ func Dial(ctx context.Context, relay string, o DialOptions) (*Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	d := net.Dialer{}
-	nc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	netDial := o.NetDial
+	if netDial == nil {
+		netDial = (&net.Dialer{}).DialContext
+	}
+	nc, err := netDial(ctx, "tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", relay, err)
 	}
@@ -238,7 +255,7 @@ func (c *Conn) Challenge() string {
 
 // TakeOrphans returns (and forgets) malformed frames that named no
 // subscription, so the caller can quarantine them with its next batch.
-func (c *Conn) TakeOrphans() []rawstore.Malformed {
+func (c *Conn) TakeOrphans() []Malformed {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.orphans
@@ -275,7 +292,7 @@ func (c *Conn) keepBad(n int) bool {
 }
 
 // releaseBad forgets bad as held: it was handed over. Caller holds c.mu.
-func (c *Conn) releaseBad(bad []rawstore.Malformed) {
+func (c *Conn) releaseBad(bad []Malformed) {
 	for _, b := range bad {
 		c.held--
 		c.heldBytes -= len(b.Raw)
@@ -360,7 +377,7 @@ wait:
 // flushes (EndOverflow: the caller resumes from its high-water mark), fn
 // fails, or ctx ends.
 func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
-	fn func(items []Item, malformed []rawstore.Malformed, eose bool) error) (*Page, error) {
+	fn func(items []Item, malformed []Malformed, eose bool) error) (*Page, error) {
 	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
 	if err := c.register(s, subPrefixStream); err != nil {
 		return nil, err
@@ -546,7 +563,7 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		// The same bad frame re-sent on another subscription (the next
 		// page repeats its boundary second; a retry repeats the page) is
 		// the same copy.
-		bad := rawstore.Malformed{Raw: bytes.Clone(data), Reason: "malformed", Key: blankSubID(data, c.nextSub)}
+		bad := Malformed{Raw: bytes.Clone(data), Reason: "malformed", Key: blankSubID(data, c.nextSub)}
 		if s != nil && errors.Is(err, frame.ErrBadEvent) {
 			s.page.Malformed = append(s.page.Malformed, bad)
 		} else {

@@ -13,6 +13,7 @@ import (
 	"github.com/nostr-archiver/archiver/nip11"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -70,6 +71,16 @@ type Options struct {
 	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
 	// (see auth.go); a relay without a key is never authenticated to.
 	AuthKeys *AuthKeys
+	// Dialer, if set, opens the TCP connections (DialOptions.NetDial).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// pingInterval keeps NAT and proxies from dropping a quiet connection.
+const pingInterval = 30 * time.Second
+
+// dialOptions are the options of every connection the crawler opens.
+func (o *Options) dialOptions() DialOptions {
+	return DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: pingInterval, NetDial: o.Dialer}
 }
 
 // DefaultOptions holds the crawl's defaults, the one source of them: the

@@ -326,7 +326,7 @@ func fetchIDs(ctx context.Context, c *Conn, store *rawstore.Store, relay uint32,
 		}
 		bytes += int64(res.page.Bytes)
 		bad := append(res.page.Malformed, c.TakeOrphans()...)
-		if _, err := store.Ingest(&rawstore.Batch{Relay: relay, Events: keep, Malformed: bad}); err != nil {
+		if _, err := store.Ingest(&rawstore.Batch{Relay: relay, Events: keep, Malformed: toStore(bad)}); err != nil {
 			return nil, bytes, fmt.Errorf("store ids fetched from %s: %w", c.url, err)
 		}
 		for id := range want {

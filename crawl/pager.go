@@ -208,7 +208,19 @@ func (r *relayCrawl) transient(pc *poolConn, page *Page, failures int) {
 }
 
 func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
-	return append(page.Malformed, pc.c.TakeOrphans()...)
+	return toStore(append(page.Malformed, pc.c.TakeOrphans()...))
+}
+
+// toStore hands the transport's malformed frames to the store's type.
+func toStore(bad []Malformed) []rawstore.Malformed {
+	if len(bad) == 0 {
+		return nil
+	}
+	out := make([]rawstore.Malformed, len(bad))
+	for i, m := range bad {
+		out[i] = rawstore.Malformed{Raw: m.Raw, Reason: m.Reason, Key: m.Key}
+	}
+	return out
 }
 
 // advance moves s's cursor past page, asked for [asked, s.Cursor], and

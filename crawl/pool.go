@@ -169,7 +169,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 			}
 		}
 		tried++
-		c, err := Dial(ctx, p.r.url, DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: 30 * time.Second})
+		c, err := Dial(ctx, p.r.url, o.dialOptions())
 		if err == nil {
 			return c, nil
 		}

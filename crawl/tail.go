@@ -52,7 +52,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 				return nil
 			}
 		}
-		conn, err := Dial(ctx, url, DialOptions{MaxFrame: c.opts.MaxFrame, DialTimeout: c.opts.DialTimeout, PingInterval: 30 * time.Second})
+		conn, err := Dial(ctx, url, c.opts.dialOptions())
 		if err != nil {
 			log.Info("tail connect failed", zap.Error(err), zap.Int("attempt", attempt))
 			continue
@@ -65,8 +65,8 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		// connection drops among them, the older ones have not come yet,
 		// so the resume point moves only once EOSE has arrived.
 		var replayMax int64
-		store := func(items []Item, bad []rawstore.Malformed, eose bool) error {
-			b := &rawstore.Batch{Relay: idx, Malformed: bad, Events: make([]rawstore.Copy, len(items))}
+		store := func(items []Item, bad []Malformed, eose bool) error {
+			b := &rawstore.Batch{Relay: idx, Malformed: toStore(bad), Events: make([]rawstore.Copy, len(items))}
 			bytes := 0
 			for i, it := range items {
 				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -51,6 +53,9 @@ type Daemon struct {
 	conns   *semaphore.Weighted
 	metrics *metrics
 	ln      net.Listener
+	// auth holds the NIP-42 keys (*crawl.AuthKeys, nil for none), swapped
+	// by Reload; relay loops and jobs read it for each crawl.
+	auth atomic.Pointer[crawl.AuthKeys]
 
 	mu     sync.Mutex
 	cfg    *config.Config
@@ -70,6 +75,13 @@ func New(opts Options) (*Daemon, error) {
 	}
 	cfg := opts.Config
 	d := &Daemon{opts: opts, log: opts.Logger, reg: prometheus.NewRegistry(), cfg: cfg, relays: map[string]*relayLoop{}}
+	// Keys first: a key file every user may read stops the daemon before
+	// it opens anything.
+	auth, err := cfg.AuthKeys(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	d.auth.Store(auth)
 	d.reg.MustRegister(collectors.NewGoCollector())
 	d.metrics = newMetrics(d.reg)
 	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, HotBytes: 16 << 20, EventListener: &pebble.EventListener{
@@ -230,10 +242,15 @@ func (d *Daemon) Reload() error {
 		return errors.New("daemon: no reload source")
 	}
 	cfg, err := d.opts.Reload()
+	var auth *crawl.AuthKeys
+	if err == nil {
+		auth, err = cfg.AuthKeys(os.Getenv)
+	}
 	if err != nil {
 		d.log.Error("reload refused: keeping the running configuration", zap.Error(err))
 		return err
 	}
+	d.auth.Store(auth) // the next crawl or tail of every relay uses them
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	want := map[string]bool{}

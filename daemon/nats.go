@@ -61,5 +61,6 @@ func (d *Daemon) crawlOptions() crawl.Options {
 		ConnLimiter: d.conns,
 		Pause:       d.guard.Wait,
 		OnCommit:    d.pool.Notify,
+		AuthKeys:    d.auth.Load(),
 	}
 }

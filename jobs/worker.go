@@ -471,7 +471,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 			return 0
 		case crawl.FinishIncompleteWalls, crawl.FinishUnproven:
 			return 1
-		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused:
+		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, crawl.FinishRestricted, crawl.FinishAuthRejected:
 			return 2
 		}
 		return 3
@@ -488,7 +488,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 // permanent reports finishes that another delivery would not change.
 func permanent(finish string) bool {
 	switch finish {
-	case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, FinishInvalid:
+	case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, crawl.FinishRestricted, crawl.FinishAuthRejected, FinishInvalid:
 		return true
 	}
 	return false
