@@ -208,7 +208,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if record != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
-	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return res, err
 	}
 	if len(added) > 0 {
