@@ -11,6 +11,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
 )
 
@@ -152,6 +153,19 @@ func runCrawl(args []string) int {
 	}
 	if st, err := store.Stats(); err == nil {
 		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
+	}
+	return storeVerdict(code, store)
+}
+
+// storeVerdict is the exit code once the store had its say: a relay
+// drained into an archive that could not take every write, or that holds
+// records it could not read back, is not complete.
+func storeVerdict(code int, store *rawstore.Store) int {
+	if err := store.Failed(); err != nil {
+		return fail("crawl", err)
+	}
+	if err := store.Damage(); err != nil {
+		return fail("crawl", fmt.Errorf("not complete: %w", err))
 	}
 	return code
 }
