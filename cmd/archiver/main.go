@@ -19,6 +19,7 @@ Usage:
   archiver export    [--data DIR] [--out FILE]
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]
+  archiver repair    [--data DIR] [--relay URL ...]
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -47,6 +48,7 @@ func dispatch(args []string) int {
 		"jobs":      runJobs,
 		"version":   runVersion,
 		"check":     runCheck,
+		"repair":    runRepair,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
