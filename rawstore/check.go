@@ -182,9 +182,8 @@ func (s *Store) checkRecord(k, v []byte, r *CheckReport, seen map[[32]byte]bool)
 			return corrupt(k, fmt.Errorf("queue entry of %d bytes", len(v)))
 		}
 	case prefixQuarant:
-		if len(v) < 6 || len(v) < 6+int(v[4]) {
-			return corrupt(k, fmt.Errorf("quarantine entry of %d bytes", len(v)))
-		}
+		_, err := decodeQuarantined(k, v)
+		return err
 	}
 	return nil
 }

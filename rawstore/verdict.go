@@ -364,26 +364,39 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		v := it.Value()
-		if len(v) < 6 || len(v) < 6+int(v[4]) {
-			return errors.New("rawstore: corrupt quarantine entry")
+		v, err := value(it)
+		var q Quarantined
+		if err == nil {
+			q, err = decodeQuarantined(it.Key(), v)
 		}
-		q := Quarantined{Seq: binary.BigEndian.Uint64(it.Key()[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
-		rest := v[5+v[4]:]
-		if rest[0] == 1 && len(rest) >= 1+idLen {
-			var id [32]byte
-			copy(id[:], rest[1:])
-			q.ID = &id
-			rest = rest[1+idLen:]
-		} else {
-			rest = rest[1:]
+		if err != nil {
+			return err
 		}
-		q.Raw = rest
 		if err := fn(q); err != nil {
 			return err
 		}
 	}
 	return it.Error()
+}
+
+// decodeQuarantined splits a Q value: relay, reason length and reason, a
+// flag byte, the id if the flag is 1, the raw bytes.
+func decodeQuarantined(key, v []byte) (Quarantined, error) {
+	if len(v) < 6 || len(v) < 6+int(v[4]) || len(key) != 9 {
+		return Quarantined{}, corrupt(key, fmt.Errorf("quarantine entry of %d bytes", len(v)))
+	}
+	q := Quarantined{Seq: binary.BigEndian.Uint64(key[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
+	rest := v[5+v[4]:]
+	if rest[0] == 1 && len(rest) >= 1+idLen {
+		var id [32]byte
+		copy(id[:], rest[1:])
+		q.ID = &id
+		rest = rest[1+idLen:]
+	} else {
+		rest = rest[1:]
+	}
+	q.Raw = rest
+	return q, nil
 }
 
 // ForEachValid calls fn with every id whose stored copy verified, in id
