@@ -245,6 +245,11 @@ func memTableFor(avail uint64) uint64 {
 	return min(max(avail/8, 256<<10), 32<<20)
 }
 
+// SpaceNeeded is the free space below which the store refuses even an
+// empty write (see room): what its memtables may still need. A guard
+// that pauses crawling adds it to its own floor (diskguard.Options.Extra).
+func (s *Store) SpaceNeeded() uint64 { return 2*s.opts.MemTableSize + minMargin }
+
 // Failed returns the store's failure (ErrNoSpace, ErrFailed) or nil.
 func (s *Store) Failed() error { return s.faults.err() }
 
