@@ -87,7 +87,7 @@ func New(opts Options) (*Daemon, error) {
 		d.guard, err = diskguard.New(diskguard.Options{
 			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
 			OnChange: d.diskChanged, Extra: store.SpaceNeeded,
-			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
+			OnError: func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
 		})
 	}
 	if err == nil {

@@ -59,8 +59,8 @@ type Guard struct {
 	mu      sync.Mutex
 	paused  bool
 	free    uint64
-	growth  uint64 // space taken during the last interval
-	floor   uint64 // the floor of the last check
+	growth  uint64        // space taken during the last interval
+	floor   uint64        // the floor of the last check
 	resumed chan struct{} // closed on resume; replaced on pause
 }
 
