@@ -86,8 +86,9 @@ func New(opts Options) (*Daemon, error) {
 	if err == nil {
 		d.guard, err = diskguard.New(diskguard.Options{
 			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
-			OnChange: d.diskChanged, Extra: store.SpaceNeeded,
-			OnError: func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
+			OnChange: d.diskChanged,
+			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
+			Extra:    store.SpaceNeeded,
 		})
 	}
 	if err == nil {
