@@ -58,6 +58,9 @@ type Page struct {
 	Reason    string // CLOSED / NOTICE text
 	Count     int64  // COUNT answers
 	Latency   time.Duration
+	// SentAuthed: the REQ went out after the relay had accepted our
+	// NIP-42 AUTH, so an auth-required answer is not for want of it.
+	SentAuthed bool
 }
 
 // Conn is one WebSocket connection to a relay with any number of REQs in
@@ -82,9 +85,13 @@ type Conn struct {
 	// they are only counted (see keepBad).
 	held, heldBytes int
 
+	negs map[string]*negSub // NIP-77 reconciliations (see neg.go)
+
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
 	pingStop  chan struct{}
 	pingDone  chan struct{}
+
+	auth connAuth // NIP-42 state (see auth.go)
 }
 
 type sub struct {
@@ -433,6 +440,7 @@ func (c *Conn) register(s *sub, prefix string) error {
 	}
 	c.nextSub++
 	s.id = prefix + strconv.FormatUint(c.nextSub, 36)
+	s.page.SentAuthed = c.auth.authed
 	c.subs[s.id] = s
 	c.order = append(c.order, s)
 	return nil
@@ -492,6 +500,9 @@ func (c *Conn) OnClose(_ *gws.Conn, err error) {
 	c.closeErr = fmt.Errorf("%w: %v", errConnClosed, err)
 	for _, s := range c.subs {
 		c.finishLocked(s, EndConnLost, err.Error())
+	}
+	for id := range c.negs {
+		c.negDeliver(id, negReply{lost: err.Error()})
 	}
 }
 
@@ -569,6 +580,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 			c.finishLocked(s, EndEOSE, "")
 		}
 	case m.Label == frame.Notice:
+		if c.negNotice(m.Message) {
+			break
+		}
 		// A NOTICE names no subscription. strfry refuses a REQ over its
 		// cap with only a NOTICE: pin it on the newest REQ that has heard
 		// nothing back; the idle timeout catches whatever this misses.
@@ -580,6 +594,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		}
 	case m.Label == frame.Auth:
 		c.challenge = m.Message
+		c.auth.challenged()
+	case m.Label == frame.OK:
+		c.auth.ok(m)
 	case m.Label == frame.Unknown:
 		if c.unknown == nil {
 			c.unknown = map[string]int{}
@@ -589,5 +606,9 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		if _, ok := c.unknown[label]; ok || len(c.unknown) < 16 {
 			c.unknown[label]++
 		}
+	case m.Label == frame.NegMsg:
+		c.negDeliver(m.SubID, negReply{msg: m.Message})
+	case m.Label == frame.NegErr:
+		c.negDeliver(m.SubID, negReply{negErr: m.Message})
 	}
 }

@@ -67,6 +67,9 @@ type Options struct {
 	OnCommit func()
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
+	// (see auth.go); a relay without a key is never authenticated to.
+	AuthKeys *AuthKeys
 }
 
 // DefaultOptions holds the crawl's defaults, the one source of them: the
@@ -297,6 +300,9 @@ const (
 	FinishGaveUp          = "gave-up"          // a page failed MaxAttempts times in a row
 	FinishRefused         = "refused"          // CLOSED blocked:/restricted:
 	FinishCanceled        = "canceled"         // stopped by the caller (resumes next run)
+	FinishUnproven        = "unproven"         // paged to the end, but the relay's COUNT says it holds more than it served
+	FinishRestricted      = "restricted"       // CLOSED restricted: (after AUTH, the key is not one the relay serves)
+	FinishAuthRejected    = "auth-rejected"    // the relay answered our NIP-42 AUTH with OK false
 )
 
 // Result is one relay's outcome.

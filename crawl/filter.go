@@ -15,6 +15,24 @@ type filterJSON struct {
 	Since   *int64   `json:"since,omitempty"`
 	Until   *int64   `json:"until,omitempty"`
 	Limit   int      `json:"limit,omitempty"`
+	// Tag filters (NIP-01 #<letter>) a wall's split may narrow by.
+	TagE []string `json:"#e,omitempty"`
+	TagP []string `json:"#p,omitempty"`
+	TagT []string `json:"#t,omitempty"`
+}
+
+// withTag narrows f to events with a tag letter (e, p or t) holding one
+// of values; other letters are not split by.
+func (f filterJSON) withTag(letter string, values []string) filterJSON {
+	switch letter {
+	case "e":
+		f.TagE = values
+	case "p":
+		f.TagP = values
+	case "t":
+		f.TagT = values
+	}
+	return f
 }
 
 func (f filterJSON) bytes() []byte {

@@ -115,6 +115,12 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 	if err != nil {
 		return nil, fmt.Errorf("plan %s of %s: %w", j.key, r.url, err)
 	}
+	if j.meta.Open {
+		// "Now" is no bound: relays serve events dated ahead (clock skew,
+		// or far future), and an archive holds those too.
+		top := &shards[len(shards)-1]
+		top.Until, top.Cursor = shard.OpenTop, shard.OpenTop
+	}
 	r.log.Debug("planned", zap.String("planned_by", r.rec.PlannedBy), zap.Int("shards", len(shards)), zap.Duration("took", time.Since(start)))
 	states := map[string][]byte{j.key: j.encode()}
 	for _, s := range shards {

@@ -153,10 +153,15 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 		act, prefix := classify(page.Reason)
 		switch act {
 		case actAuth:
-			r.fail(FinishAuthRequired, page.Reason)
-			return false
+			if r.answerAuth(ctx, pc, page) != authRetry {
+				return false // re-sent at once, or the relay's crawl is over
+			}
 		case actGiveUp:
-			r.fail(FinishRefused, page.Reason)
+			if prefix == PrefixRestricted {
+				r.fail(FinishRestricted, r.restrictedDetail(pc, page.Reason))
+			} else {
+				r.fail(FinishRefused, page.Reason)
+			}
 			return false
 		case actBackoff:
 			// The relay asked us to slow down: that is not a failure of
@@ -210,8 +215,15 @@ func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
 // commits both: it returns the shard as it will stand and the commit,
 // still running.
 func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *Page) (shard.Shard, *pageCommit, error) {
-	var n, newer, older int
-	oldest := s.Cursor + 1
+	var n, frames, newer, older int
+	oldest := s.Cursor
+	if !s.Open() {
+		oldest++
+	}
+	// Fullness counts distinct ids: a relay that sends some events twice
+	// makes frames outnumber events, and a page size learned from frames
+	// would make a cut page look short.
+	distinct := make(map[[32]byte]struct{}, len(page.Items))
 	for _, it := range page.Items {
 		switch {
 		case it.CreatedAt > s.Cursor:
@@ -223,12 +235,18 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			// another worker meanwhile: stored all the same, not the
 			// relay's fault, and no part of what is left of s.
 		default:
+			frames++
+			if _, dup := distinct[it.ID]; dup {
+				continue
+			}
+			distinct[it.ID] = struct{}{}
 			n++
 			oldest = min(oldest, it.CreatedAt)
 		}
 	}
 	malformed := r.malformed(pc, page)
-	full := r.full(n)
+	full := r.full(n, frames)
+	top := r.densityTop(s.Cursor, oldest)
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
 	if page.End == EndEOSE && n > r.rec.EffectiveLimit {
@@ -237,14 +255,15 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	r.ctrl.PageDone(r.c.opts.Now(), len(page.Items), page.Bytes, page.Latency)
 	switch {
 	case n == 0:
-		r.density.ObservePage(s.Since, s.Cursor, 0)
+		r.density.ObservePage(s.Since, top, 0)
 	case full:
 		r.ctrl.PageSize(n)
-		r.density.ObservePage(oldest, s.Cursor, n)
+		r.density.ObservePage(oldest, top, n)
 	default:
-		r.density.ObservePage(s.Since, s.Cursor, n)
+		r.density.ObservePage(s.Since, top, n)
 	}
 	r.mu.Unlock()
+	r.tally(s, page.Items, len(malformed))
 
 	cursor := s.Cursor
 	switch {
@@ -266,8 +285,11 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		cursor = oldest
 	default:
 		// Every event is at the cursor second. If the page was full, that
-		// second may hold more than a page: a wall.
-		if full {
+		// second may hold more than a page: a wall. A short page wholly
+		// inside one second is one too if the relay's COUNT for it says
+		// more than the page held (a relay may cut pages below any size
+		// we learned).
+		if full || r.possibleWall(ctx, s.Cursor, n) {
 			if _, err := r.commit(page.Items, malformed, nil); err != nil {
 				return s, nil, err
 			}
@@ -285,11 +307,34 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 // full reports whether a page of n in-range events may have been cut by
 // the relay's limit. Until the relay's effective page size is known, any
 // page might have been.
-func (r *relayCrawl) full(n int) bool {
+func (r *relayCrawl) full(n, frames int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	eff := r.rec.EffectiveLimit
-	return eff == 0 || n >= eff || n >= r.limit
+	// frames too: a relay whose duplicate frames count toward its clamp
+	// cuts a page at fewer distinct events than it learned.
+	return eff == 0 || n >= eff || frames >= eff || n >= r.limit || frames >= r.limit
+}
+
+// possibleWall reports whether a short page of n distinct events, all in
+// second, may still have been cut: the relay's COUNT for the second says
+// more, or (without COUNT) the page is at least half a page.
+func (r *relayCrawl) possibleWall(ctx context.Context, second int64, n int) bool {
+	if !r.count {
+		return r.substantial(n)
+	}
+	c, ok := r.countEvents(ctx, second, second)
+	return !ok && r.substantial(n) || ok && c > int64(n)
+}
+
+// densityTop is the top of a page's span for the density estimate: an
+// open shard's cursor is no second, so the page spans up to now (or its
+// oldest event, if that is later).
+func (r *relayCrawl) densityTop(cursor, oldest int64) int64 {
+	if cursor != shard.OpenTop {
+		return cursor
+	}
+	return max(r.c.opts.Now().Unix(), min(oldest, shard.OpenTop-1))
 }
 
 // substantial reports whether n events are at least half of what the
@@ -307,12 +352,19 @@ func (r *relayCrawl) substantial(n int) bool {
 // filter renders a REQ filter for [since, until] with the job's kinds
 // and authors, or the given ones (a wall's split narrows them).
 func (r *relayCrawl) filter(since, until int64, kinds []int, authors []string) []byte {
+	return r.filterJSON(since, until, kinds, authors).bytes()
+}
+
+func (r *relayCrawl) filterJSON(since, until int64, kinds []int, authors []string) filterJSON {
 	f := r.c.opts.jobFilter(&since, &until, r.limit)
+	if until == shard.OpenTop {
+		f.Until = nil
+	}
 	if kinds != nil {
 		f.Kinds = kinds
 	}
 	if authors != nil {
 		f.Authors = authors
 	}
-	return f.bytes()
+	return f
 }

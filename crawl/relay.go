@@ -8,6 +8,8 @@ import (
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/shard"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,26 @@ type RelayRecord struct {
 	Walls          []WallReport      `json:"walls,omitempty"`
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
+	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
+
+	// Coverage says, per range of the last run, how it was proven held
+	// (paged to the end, COUNT-checked) or why not.
+	Coverage []RangeCoverage `json:"coverage,omitempty"`
+
+	// NIP-77: what the relay did with it ("ok", or why it refused), the
+	// record cap a NEG-ERR blocked: named (sizes the next first window),
+	// and the ranges proven complete by reconciliation.
+	NIP77     string     `json:"nip77,omitempty"`
+	NegCap    int        `json:"neg_cap,omitempty"`
+	NegProofs []NegProof `json:"neg_proofs,omitempty"`
+}
+
+// NegProof says the archive held every event the relay had in [Since,
+// Until] (Until -1: no upper bound) when reconciled over NIP-77 at At.
+type NegProof struct {
+	Since int64 `json:"since"`
+	Until int64 `json:"until"`
+	At    int64 `json:"at"`
 }
 
 // WallReport records one second that held more events than a page.
@@ -52,6 +74,7 @@ type relayCrawl struct {
 	log     *zap.Logger
 	limit   int // requested page limit
 	count   bool
+	nip77   bool // NIP-11 lists 77: negWall may finish a wall REQ could not
 	conns   *connPool
 	metrics *relayMetrics
 
@@ -66,6 +89,9 @@ type relayCrawl struct {
 	// shardsDirty: a steal split a shard; the next commit persists every
 	// shard's state.
 	shardsDirty bool
+	// tallies keep what the COUNT audit needs of each shard's paging.
+	tallies map[string]*tally
+	known   knownAuthors
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
@@ -83,6 +109,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{},
+		tallies: map[string]*tally{}, known: knownAuthors{},
 		workerDone: make(chan struct{}, 1), metrics: c.opts.Metrics.forRelay(url)}
 	if err := r.loadRecord(); err != nil {
 		return Result{Relay: url, Finish: FinishGaveUp, Detail: err.Error()}
@@ -95,6 +122,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	} else {
 		r.rec.NIP11 = &doc.Limitation
 		r.count = doc.Supports(45)
+		r.nip77 = doc.Supports(77)
 	}
 	r.limit = c.pageLimit(doc)
 	r.rec.RequestedLimit = r.limit
@@ -198,7 +226,7 @@ func (r *relayCrawl) progress() Progress {
 		if s.Done() {
 			p.ShardsDone++
 		} else {
-			p.EstRemaining += r.density.Estimate(s.Since, s.Cursor)
+			p.EstRemaining += r.density.Estimate(s.Since, r.densityTop(s.Cursor, s.Since))
 		}
 	}
 	return p
@@ -249,6 +277,22 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		r.mu.Unlock()
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: "shards left unfinished"}
 	}
+	r.mu.Unlock()
+	// Every shard is paged: walls not yet proven get another try with
+	// every author the crawl has seen, then each range is checked
+	// against the relay's COUNT.
+	r.retryWalls(ctx)
+	coverage := r.audit(ctx)
+	if res, ok := r.finished(); ok {
+		return res
+	}
+	if ctx.Err() != nil {
+		return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
+	}
+	r.mu.Lock()
+	if coverage != nil {
+		r.rec.Coverage = coverage
+	}
 	r.job.meta.Done = true
 	meta := map[string][]byte{r.job.key: r.job.encode()}
 	r.mu.Unlock()
@@ -266,6 +310,15 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	}
 	if len(incomplete) > 0 {
 		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v could not be completed or proven complete (see the walls in stats)", incomplete)}
+	}
+	var unproven []string
+	for _, c := range r.rec.Coverage {
+		if c.Proof == ProofUnproven {
+			unproven = append(unproven, fmt.Sprintf("[%d, %s]: %s", c.Since, untilText(c.Until), c.Why))
+		}
+	}
+	if len(unproven) > 0 {
+		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
 	return Result{Relay: r.url, Finish: FinishDrained}
 }
@@ -288,18 +341,9 @@ func (r *relayCrawl) finished() (Result, bool) {
 }
 
 func (r *relayCrawl) loadRecord() error {
-	rels, err := r.c.opts.Store.Relays()
-	if err != nil {
-		return err
-	}
-	for _, rel := range rels {
-		if rel.Index == r.idx && len(rel.Record) > 0 {
-			if err := json.Unmarshal(rel.Record, &r.rec); err != nil {
-				return fmt.Errorf("relay record of %s: %w", r.url, err)
-			}
-		}
-	}
-	return nil
+	rec, err := loadRelayRecord(r.c.opts.Store, r.idx)
+	r.rec = rec
+	return err
 }
 
 // refusal counts a refused or failed page and tells the controller.
@@ -386,4 +430,12 @@ func (c *Crawler) backoff(ctx context.Context, attempt int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// untilText shows a range's upper bound; 0 is none.
+func untilText(until int64) string {
+	if until == 0 {
+		return "open"
+	}
+	return strconv.FormatInt(until, 10)
 }

@@ -2,7 +2,7 @@ package crawl
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -65,12 +65,13 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		// connection drops among them, the older ones have not come yet,
 		// so the resume point moves only once EOSE has arrived.
 		var replayMax int64
-		page, err := conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, func(items []Item, bad []rawstore.Malformed, eose bool) error {
+		store := func(items []Item, bad []rawstore.Malformed, eose bool) error {
 			b := &rawstore.Batch{Relay: idx, Malformed: bad, Events: make([]rawstore.Copy, len(items))}
 			bytes := 0
 			for i, it := range items {
 				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
-				replayMax = max(replayMax, it.CreatedAt)
+				// A far-future event must not move the resume point past now.
+				replayMax = max(replayMax, min(it.CreatedAt, c.opts.Now().Unix()))
 				bytes += len(it.Raw)
 			}
 			if eose {
@@ -87,7 +88,11 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			c.opts.OnCommit()
 			attempt = 0 // it works again: start backoff afresh after the next loss
 			return nil
-		})
+		}
+		page, err := conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, store)
+		if c.authAnswered(ctx, conn, url, page, err) {
+			page, err = conn.Stream(ctx, f, opts.Flush, opts.MaxBuffered, store)
+		}
 		conn.Close()
 		rm.conns.Dec()
 		switch {
@@ -97,7 +102,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			log.Warn("tail stopped", zap.Error(err))
 		case page.End == EndClosed:
 			if act, _ := classify(page.Reason); act == actAuth || act == actGiveUp {
-				return errors.New(page.Reason)
+				return fmt.Errorf("tail %s: %s", url, page.Reason)
 			}
 			rm.refusal("closed")
 			log.Info("tail closed by relay", zap.String("reason", page.Reason))
@@ -107,4 +112,22 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		}
 	}
 	return nil
+}
+
+// authAnswered reports whether a live subscription closed with
+// auth-required was answered with the relay's key on conn, so that it can
+// be sent again there.
+func (c *Crawler) authAnswered(ctx context.Context, conn *Conn, url string, page *Page, err error) bool {
+	if err != nil || page.End != EndClosed || page.SentAuthed {
+		return false
+	}
+	key := c.opts.AuthKeys.For(url)
+	if act, _ := classify(page.Reason); act != actAuth || key == nil {
+		return false
+	}
+	if _, err := conn.Authenticate(ctx, key, c.opts.PageTimeout); err != nil {
+		c.opts.Logger.Info("tail AUTH failed", zap.String("relay", url), zap.Error(err))
+		return false
+	}
+	return true
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/shard"
@@ -12,55 +14,60 @@ import (
 )
 
 // completeWall fetches every event of one created_at second that holds
-// more events than a page, by running shard.WallPlan's sub-queries: first
-// by kind, then a kind that is still full by groups of the authors seen,
-// down to single authors. A single author of a single kind that is still
-// full cannot be split by REQ and is reported. REQ cannot list kinds or
-// authors no full page showed, so a split wall counts as complete only
-// when the relay's NIP-45 COUNT for the second agrees.
+// more events than a page, running wallSteps in order until the second is
+// proven complete: the relay's NIP-45 COUNT for it matches the distinct ids
+// fetched, or (without COUNT) the whole second fit in one page. REQ can
+// only name kinds, authors and tag values some answer showed, so each step
+// widens what is named. What stays unproven is reported with why.
 func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
-	w := wallSplit{plan: shard.NewWallPlan(second, shard.DefaultMaxAuthors), ids: map[[32]byte]bool{}}
+	w := &wallRun{plan: shard.NewWallPlan(second, shard.DefaultMaxAuthors), ids: map[[32]byte]bool{},
+		tags: map[string]map[string]bool{}, count: -1}
 	// The whole second once, to learn its kinds (the page that found the
 	// wall may have been from a wider filter).
-	full, _, err := w.query(ctx, r, shard.Leaf{Kind: -1})
+	full, _, err := w.query(ctx, r, r.filterJSON(second, second, nil, nil))
 	if err != nil {
 		return err
 	}
-	report := WallReport{Second: second, Method: "kind"}
-	for leaves := w.plan.Next(); len(leaves) > 0; leaves = w.plan.Next() {
-		for _, l := range leaves {
-			if l.Authors != nil {
-				report.Method = "kind+author"
-			}
-			lfull, n, err := w.query(ctx, r, l)
-			if err != nil {
-				return err
-			}
-			if err := w.plan.Report(l, lfull, n); err != nil {
-				return err
-			}
-		}
-	}
-	report.Events = len(w.ids)
+	w.full = full
 	noCount := "the relay answers no COUNT"
 	if r.count {
 		if n, ok := r.countEvents(ctx, second, second); ok {
-			report.Count = n
+			w.count = n
 			w.plan.SetTotal(n)
 		} else {
 			noCount = "the relay's COUNT failed"
 		}
 	}
-	st := w.plan.Status()
-	report.Complete = st.Complete && (st.Verified || !full)
-	for _, l := range st.Unsplittable {
-		report.Unsplit = append(report.Unsplit, fmt.Sprintf("kind %d author %s", l.Kind, l.Authors[0]))
+	var methods []string
+	for _, step := range wallSteps {
+		if w.proven() {
+			break
+		}
+		if step.when != nil && !step.when(r) {
+			continue
+		}
+		methods = append(methods, step.name)
+		if err := step.run(ctx, r, w); err != nil {
+			return err
+		}
 	}
-	switch {
-	case st.Total >= 0 && st.Found < st.Total:
-		report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", st.Total, st.Found))
-	case full && !st.Verified:
-		report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and "+noCount)
+	report := WallReport{Second: second, Events: len(w.ids) + w.negFetched, Complete: w.proven(), Method: strings.Join(methods, "+")}
+	if report.Method == "" {
+		report.Method = "page"
+	}
+	if w.count >= 0 {
+		report.Count = w.count
+	}
+	if !report.Complete {
+		for _, l := range w.plan.Status().Unsplittable {
+			report.Unsplit = append(report.Unsplit, fmt.Sprintf("kind %d author %s", l.Kind, l.Authors[0]))
+		}
+		report.Unsplit = append(report.Unsplit, w.unsplit...)
+		if w.count >= 0 {
+			report.Unsplit = append(report.Unsplit, fmt.Sprintf("COUNT says %d, fetched %d", w.count, len(w.ids)))
+		} else {
+			report.Unsplit = append(report.Unsplit, "kinds and authors not shown by a full page cannot be listed over REQ, and "+noCount)
+		}
 	}
 	r.log.Info("wall", zap.Int64("second", second), zap.Int("events", report.Events),
 		zap.Bool("complete", report.Complete), zap.String("method", report.Method), zap.Strings("unsplit", report.Unsplit))
@@ -71,22 +78,142 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	return nil
 }
 
-type wallSplit struct {
-	plan *shard.WallPlan
-	ids  map[[32]byte]bool
+// wallStep is one way of listing a wall second's events. Steps run in
+// order, each only while the second is not yet proven complete.
+type wallStep struct {
+	name string
+	run  func(ctx context.Context, r *relayCrawl, w *wallRun) error
+	when func(r *relayCrawl) bool // nil: always
 }
 
-// query runs one sub-query of the wall (a Leaf; Kind -1 means the whole
-// second), retrying failed pages, commits what it returns, shows the plan
-// the kinds and authors it revealed, and reports whether its page was full
-// and how many events of the second it returned.
-func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (bool, int, error) {
-	second := w.plan.Second()
-	var kinds []int
-	if l.Kind >= 0 {
-		kinds = []int{l.Kind}
+// wallSteps, cheapest first; a step whose when is false for the relay is
+// skipped.
+var wallSteps = []wallStep{
+	{name: "kind+author", run: splitStep},
+	{name: "known-authors", run: knownStep},
+	{name: "tags", run: tagStep},
+	{name: "nip77", run: negStep, when: func(r *relayCrawl) bool { return r.nip77 }},
+}
+
+// negStep reconciles the second over NIP-77: the archive fetches by id what
+// it lacks, and a reconciliation that leaves nothing missing proves the
+// second held whatever COUNT says.
+func negStep(ctx context.Context, r *relayCrawl, w *wallRun) error {
+	ok, n, err := r.negWall(ctx, w.plan.Second())
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		w.unsplit = append(w.unsplit, "NIP-77: "+err.Error())
+	default:
+		w.reconciled, w.negFetched = ok, n
 	}
-	f := r.filter(second, second, kinds, l.Authors)
+	return nil
+}
+
+// wallRun is one wall's state across its steps.
+type wallRun struct {
+	plan    *shard.WallPlan
+	ids     map[[32]byte]bool          // distinct ids fetched for the second
+	tags    map[string]map[string]bool // tag letter -> values seen on the second's events
+	nTags   int
+	full    bool  // the whole second came back full
+	count   int64 // the relay's COUNT for the second, -1 if unknown
+	unsplit []string
+	// reconciled: a NIP-77 reconciliation of the second left nothing
+	// missing; negFetched ids it fetched.
+	reconciled bool
+	negFetched int
+}
+
+// proven reports whether every event of the second is held: as many
+// distinct ids as the relay counts, or, without a count, a whole-second
+// page that was not full.
+func (w *wallRun) proven() bool {
+	if w.reconciled {
+		return true
+	}
+	if w.count >= 0 {
+		return int64(len(w.ids)) >= w.count
+	}
+	return !w.full
+}
+
+// splitStep runs the plan's leaves: by kind, then by the authors seen,
+// down to single authors.
+func splitStep(ctx context.Context, r *relayCrawl, w *wallRun) error {
+	second := w.plan.Second()
+	for leaves := w.plan.Next(); len(leaves) > 0; leaves = w.plan.Next() {
+		for _, l := range leaves {
+			var kinds []int
+			if l.Kind >= 0 {
+				kinds = []int{l.Kind}
+			}
+			lfull, n, err := w.query(ctx, r, r.filterJSON(second, second, kinds, l.Authors))
+			if err != nil {
+				return err
+			}
+			if err := w.plan.Report(l, lfull, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// knownStep offers the plan every author the archive knows as a candidate
+// under each kind of the second: authors no full page showed usually
+// write elsewhere on the relay. A wrong guess costs part of a query.
+func knownStep(ctx context.Context, r *relayCrawl, w *wallRun) error {
+	known := r.knownAuthorList()
+	for _, kind := range w.plan.Kinds() {
+		for _, a := range known {
+			w.plan.Observe(kind, a)
+		}
+	}
+	return splitStep(ctx, r, w)
+}
+
+// maxWallTagValues bounds the tag values a wall is split by.
+const maxWallTagValues = 1000
+
+// tagStep splits the second by the tag values (#e, #p, #t) its events
+// showed, in groups of up to DefaultMaxAuthors values, halving a group
+// that comes back full down to one value; what it reveals feeds the plan.
+func tagStep(ctx context.Context, r *relayCrawl, w *wallRun) error {
+	second := w.plan.Second()
+	for _, letter := range slices.Sorted(maps.Keys(w.tags)) {
+		values := slices.Sorted(maps.Keys(w.tags[letter]))
+		var groups [][]string
+		for i := 0; i < len(values); i += shard.DefaultMaxAuthors {
+			groups = append(groups, values[i:min(i+shard.DefaultMaxAuthors, len(values))])
+		}
+		for len(groups) > 0 && !w.proven() {
+			g := groups[0]
+			groups = groups[1:]
+			full, _, err := w.query(ctx, r, r.filterJSON(second, second, nil, nil).withTag(letter, g))
+			if err != nil {
+				return err
+			}
+			switch {
+			case !full:
+			case len(g) > 1:
+				groups = append(groups, g[:len(g)/2], g[len(g)/2:])
+			default:
+				w.unsplit = append(w.unsplit, fmt.Sprintf("tag #%s=%s still fills a page", letter, g[0]))
+			}
+		}
+	}
+	return splitStep(ctx, r, w)
+}
+
+// query runs one sub-query of the wall, retrying failed pages, commits
+// what it returns, shows the plan the kinds and authors it revealed (and
+// the run the tag values), and reports whether its page was full and how
+// many distinct events of the second it returned.
+func (w *wallRun) query(ctx context.Context, r *relayCrawl, fj filterJSON) (bool, int, error) {
+	second := w.plan.Second()
+	f := fj.bytes()
 	failures, slowdowns := 0, 0
 	for {
 		page, pc, err := r.fetch(ctx, f)
@@ -102,25 +229,52 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (boo
 			}
 			continue
 		}
-		n := 0
+		n, frames := 0, 0
+		distinct := make(map[[32]byte]bool, len(page.Items))
 		for _, it := range page.Items {
 			if it.CreatedAt != second {
 				continue
 			}
+			frames++
+			if distinct[it.ID] {
+				continue
+			}
+			distinct[it.ID] = true
 			n++
 			w.ids[it.ID] = true
-			var head struct {
-				Kind   int    `json:"kind"`
-				PubKey string `json:"pubkey"`
-			}
-			if json.Unmarshal(it.Raw, &head) == nil {
-				w.plan.Observe(head.Kind, head.PubKey)
-			}
+			w.observe(it.Raw)
 		}
+		r.observeAuthors(page.Items)
 		if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
 			return false, 0, err
 		}
-		return page.End == EndOverflow || r.full(n), n, nil
+		return page.End == EndOverflow || r.full(n, frames), n, nil
+	}
+}
+
+// observe shows the plan an event's kind and author and keeps its e, p
+// and t tag values (up to maxWallTagValues).
+func (w *wallRun) observe(raw []byte) {
+	var head struct {
+		Kind   int        `json:"kind"`
+		PubKey string     `json:"pubkey"`
+		Tags   [][]string `json:"tags"`
+	}
+	if json.Unmarshal(raw, &head) != nil {
+		return
+	}
+	w.plan.Observe(head.Kind, head.PubKey)
+	for _, t := range head.Tags {
+		if len(t) < 2 || (t[0] != "e" && t[0] != "p" && t[0] != "t") || w.nTags >= maxWallTagValues {
+			continue
+		}
+		if w.tags[t[0]] == nil {
+			w.tags[t[0]] = map[string]bool{}
+		}
+		if !w.tags[t[0]][t[1]] {
+			w.tags[t[0]][t[1]] = true
+			w.nTags++
+		}
 	}
 }
 
@@ -130,7 +284,11 @@ func (w *wallSplit) query(ctx context.Context, r *relayCrawl, l shard.Leaf) (boo
 // the relay gave no count (it refused COUNT, or kept failing), and the
 // caller does without. A failed COUNT never ends the crawl.
 func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int64, ok bool) {
-	f := r.c.opts.jobFilter(&since, &until, 0).bytes()
+	fj := r.c.opts.jobFilter(&since, &until, 0)
+	if until == shard.OpenTop {
+		fj.Until = nil
+	}
+	f := fj.bytes()
 	for failures := 0; ; {
 		pc, err := r.conns.acquire(ctx)
 		if err != nil {
@@ -145,7 +303,16 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 		case EndEOSE:
 			return page.Count, true
 		case EndClosed:
-			if act, _ := classify(page.Reason); act != actBackoff {
+			act, _ := classify(page.Reason)
+			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
+				if sent, err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {
+					if sent {
+						r.noteAuth()
+					}
+					continue // re-send the COUNT, authenticated
+				}
+			}
+			if act != actBackoff {
 				return 0, false
 			}
 			r.refusal("rate-limited", adaptive.RateLimited)

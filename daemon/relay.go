@@ -69,7 +69,9 @@ func (l *relayLoop) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
-		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls
+		// Incomplete walls and unproven ranges are reported, not retried
+		// at once: paging the same relay again soon would yield the same.
+		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls || res.Finish == crawl.FinishUnproven
 		l.set(func(l *relayLoop) {
 			l.last, l.passes = res, l.passes+1
 			if ok {

@@ -128,3 +128,19 @@ func Parse(frame []byte) (Msg, error) {
 	}
 	return decode(frame)
 }
+
+// EventFields returns the top-level "id" and "created_at" of an event
+// object's bytes, with the rules Parse applies to an EVENT frame's object.
+func EventFields(obj []byte) (id [32]byte, createdAt int64, err error) {
+	if end, id, createdAt, ok := scanEventObject(obj, 0); ok && end == len(obj) {
+		return id, createdAt, nil
+	}
+	// The scanner was unsure: let the decoder judge it inside a frame.
+	f := make([]byte, 0, len(obj)+16)
+	f = append(append(append(f, `["EVENT","",`...), obj...), ']')
+	m, err := decode(f)
+	if err != nil {
+		return id, 0, err
+	}
+	return m.ID, m.CreatedAt, nil
+}

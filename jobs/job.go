@@ -71,6 +71,10 @@ type Filter struct {
 type Range struct {
 	Since int64 `json:"since"`
 	Until int64 `json:"until"`
+	// Open marks the newest shard of a job without until: it has no upper
+	// bound (Until is where the split put "now"), so events dated in the
+	// future are archived too.
+	Open bool `json:"open,omitempty"`
 }
 
 var (
@@ -184,6 +188,9 @@ func (j *Job) check() error {
 		if s.Since < f.Since || s.Until < s.Since || (f.Until != 0 && s.Until > f.Until) {
 			bad("shard [%d,%d] is not a range inside the filter's", s.Since, s.Until)
 		}
+		if s.Open && f.Until != 0 {
+			bad("open shard of a job with until %d", f.Until)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidJob, errors.Join(errs...))
@@ -264,9 +271,12 @@ func private(a netip.Addr) bool {
 func shardID(id string, k int) string { return id + "/s" + strconv.Itoa(k) }
 
 // crawlRange is the created_at range this job crawls: its shard, else its
-// filter (until 0: now).
+// filter (until 0: now, and no upper bound).
 func (j *Job) crawlRange() (since, until int64) {
 	if j.Shard != nil {
+		if j.Shard.Open {
+			return j.Shard.Since, 0
+		}
 		return j.Shard.Since, j.Shard.Until
 	}
 	return j.Filter.Since, j.Filter.Until

@@ -304,6 +304,10 @@ func (w *Worker) split(ctx context.Context, msg jetstream.Msg, j *Job, prev *Sta
 			until = max(since, w.opts.Now().Unix())
 		}
 		st = &Status{ID: j.ID, State: StateSplit, Node: w.opts.NodeID, Shards: planShards(j.ID, since, until, w.opts.ShardCount)}
+		if j.Filter.Until == 0 {
+			// "Now" was only where to cut: the newest shard has no bound.
+			st.Shards[len(st.Shards)-1].Open = true
+		}
 		if err := w.put(ctx, st); err != nil {
 			log.Warn("record split", zap.Error(err))
 			_ = msg.NakWithDelay(w.opts.RetryDelay)
@@ -312,7 +316,7 @@ func (w *Worker) split(ctx context.Context, msg jetstream.Msg, j *Job, prev *Sta
 	}
 	for _, sh := range st.Shards {
 		sj := *j
-		sj.ID, sj.Parent, sj.Shard = sh.ID, j.ID, &Range{Since: sh.Since, Until: sh.Until}
+		sj.ID, sj.Parent, sj.Shard = sh.ID, j.ID, &Range{Since: sh.Since, Until: sh.Until, Open: sh.Open}
 		if _, err := Submit(ctx, w.opts.JS, w.opts.Subjects, &sj); err != nil {
 			log.Warn("publish shard", zap.String("shard", sh.ID), zap.Error(err))
 			_ = msg.NakWithDelay(w.opts.RetryDelay)
@@ -397,7 +401,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, j *Job, deliveries 
 		st.State = StateFailed
 		w.record(ctx, st)
 		_ = msg.Term()
-	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls:
+	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls || st.Finish == crawl.FinishUnproven:
 		st.State = StateDone
 		w.record(ctx, st)
 		_ = msg.Ack()
@@ -465,7 +469,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 		switch f {
 		case crawl.FinishDrained:
 			return 0
-		case crawl.FinishIncompleteWalls:
+		case crawl.FinishIncompleteWalls, crawl.FinishUnproven:
 			return 1
 		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused:
 			return 2

@@ -14,7 +14,7 @@ func FuzzStoredBytes(f *testing.F) {
 	f.Add(byte(prefixEvent), append([]byte{1, 0, 0, 0, 2}, `{"id":"x"}`...))
 	f.Add(byte(prefixVerdict), []byte{statusValid, 0, 0, 0, 1})
 	f.Add(byte(prefixVerdict), []byte{statusInvalid, 0, 0, 0, 1, 'b', 'a', 'd'})
-	f.Add(byte(prefixQuarant), quarantineValue(3, "bad-sig", &id, []byte("{}")))
+	f.Add(byte(prefixQuarant), quarantineValue(3, "bad-sig", "line 7", &id, []byte("{}")))
 	f.Add(byte(prefixAlternate), []byte{})
 	f.Add(byte(prefixPending), id[:])
 	f.Add(byte(prefixEvent), []byte{})

@@ -26,6 +26,10 @@ type Malformed struct {
 	// Key identifies the same bad frame across subscriptions (the frame
 	// with its subscription id blanked); nil means Raw itself.
 	Key []byte
+	// Where, if set, says where the frame was found ("line 57" of an
+	// import). It is kept with the copy but, unlike Reason, not counted:
+	// reasons are a small set, places are not.
+	Where string
 }
 
 // Batch is what one crawl step hands the store: events, bad frames, and
@@ -52,6 +56,7 @@ type IngestResult struct {
 	New        int // ids seen for the first time
 	Duplicates int // byte-identical copies of a stored id
 	Variants   int // copies whose bytes differ from the stored one (queued for verify)
+	Malformed  int // bad frames quarantined (not counting ones quarantined before)
 	Repaired   int // copies that replaced a stored copy which could not be read back
 }
 
@@ -169,6 +174,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
 			_ = b.Set(eventKey(&c.ID), v, nil)
+			indexID(b, c)
 			seq := s.pendingSeq.Add(1)
 			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
 			inBatch[c.ID] = v
@@ -227,8 +233,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			return res, fmt.Errorf("rawstore: lookup malformed frame: %w", err)
 		}
 		malformed++
+		res.Malformed++
 		_ = b.Set(k, nil, nil)
-		_ = b.Set(seqKey(prefixQuarant, s.quarSeq.Add(1)), quarantineValue(in.Relay, m.Reason, nil, m.Raw), nil)
+		_ = b.Set(seqKey(prefixQuarant, s.quarSeq.Add(1)), quarantineValue(in.Relay, m.Reason, m.Where, nil, m.Raw), nil)
 		_ = b.Merge(counterKey(reasonPrefix+m.Reason), delta(1), nil)
 	}
 	if newIDs > 0 {
@@ -395,19 +402,40 @@ func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[s
 	return true, nil
 }
 
-// quarantine values: relay (4), reason length (1), reason, id (32 or 0), raw.
-func quarantineValue(relay uint32, reason string, id *[32]byte, raw []byte) []byte {
-	if len(reason) > 255 {
-		reason = reason[:255]
-	}
+// quarantine values: relay (4), reason length (1), reason, flags (1), id
+// (32, if flags&quarID), where length (1) and where (if flags&quarWhere), raw.
+func quarantineValue(relay uint32, reason, where string, id *[32]byte, raw []byte) []byte {
+	reason, where = clip255(reason), clip255(where)
 	v := binary.BigEndian.AppendUint32(nil, relay)
 	v = append(v, byte(len(reason)))
 	v = append(v, reason...)
+	var flags byte
 	if id != nil {
-		v = append(v, 1)
+		flags |= quarID
+	}
+	if where != "" {
+		flags |= quarWhere
+	}
+	v = append(v, flags)
+	if id != nil {
 		v = append(v, id[:]...)
-	} else {
-		v = append(v, 0)
+	}
+	if where != "" {
+		v = append(v, byte(len(where)))
+		v = append(v, where...)
 	}
 	return append(v, raw...)
+}
+
+// Flags of a quarantine value.
+const (
+	quarID    byte = 1
+	quarWhere byte = 2
+)
+
+func clip255(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
 }

@@ -107,6 +107,9 @@ type Store struct {
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
 
+	idIndexMu sync.Mutex  // one id index build at a time (see EnsureIDIndex)
+	idIndexed atomic.Bool // the id index is known complete
+
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32
 	relayURL []string

@@ -242,7 +242,7 @@ func (a *applier) primaryValue(id *[32]byte) ([]byte, error) {
 }
 
 func (a *applier) quarantine(relay uint32, reason string, id *[32]byte, raw []byte) {
-	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, id, raw), nil)
+	_ = a.b.Set(seqKey(prefixQuarant, a.s.quarSeq.Add(1)), quarantineValue(relay, reason, "", id, raw), nil)
 }
 
 // ResetVerdicts forgets every verdict (`archiver reprocess --all`, e.g.
@@ -353,6 +353,7 @@ type Quarantined struct {
 	Relay  uint32
 	Reason string
 	ID     *[32]byte // nil for frames that had no usable id
+	Where  string    // where it was found, if known (Malformed.Where)
 	Raw    []byte    // valid only during the callback
 }
 
@@ -379,21 +380,27 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 	return it.Error()
 }
 
-// decodeQuarantined splits a Q value: relay, reason length and reason, a
-// flag byte, the id if the flag is 1, the raw bytes.
-func decodeQuarantined(key, v []byte) (Quarantined, error) {
-	if len(v) < 6 || len(v) < 6+int(v[4]) || len(key) != 9 {
-		return Quarantined{}, corrupt(key, fmt.Errorf("quarantine entry of %d bytes", len(v)))
+// decodeQuarantined decodes a Q entry (see quarantineValue).
+func decodeQuarantined(k, v []byte) (Quarantined, error) {
+	bad := corrupt(k, fmt.Errorf("quarantine entry of %d bytes", len(v)))
+	if len(k) != 9 || len(v) < 6 || len(v) < 6+int(v[4]) {
+		return Quarantined{}, bad
 	}
-	q := Quarantined{Seq: binary.BigEndian.Uint64(key[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
-	rest := v[5+v[4]:]
-	if rest[0] == 1 && len(rest) >= 1+idLen {
+	q := Quarantined{Seq: binary.BigEndian.Uint64(k[1:]), Relay: binary.BigEndian.Uint32(v), Reason: string(v[5 : 5+v[4]])}
+	flags, rest := v[5+v[4]], v[6+v[4]:]
+	if flags&quarID != 0 {
+		if len(rest) < idLen {
+			return Quarantined{}, bad
+		}
 		var id [32]byte
-		copy(id[:], rest[1:])
-		q.ID = &id
-		rest = rest[1+idLen:]
-	} else {
-		rest = rest[1:]
+		copy(id[:], rest)
+		q.ID, rest = &id, rest[idLen:]
+	}
+	if flags&quarWhere != 0 {
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return Quarantined{}, bad
+		}
+		q.Where, rest = string(rest[1:1+rest[0]]), rest[1+rest[0]:]
 	}
 	q.Raw = rest
 	return q, nil

@@ -13,6 +13,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -52,6 +53,15 @@ type Shard struct {
 	// Splits counts the shards split off this one so far.
 	Splits int
 }
+
+// OpenTop is the Until (and first Cursor) of an open job's newest shard: no
+// upper bound, so its first REQ carries no `until` and events dated in the
+// future (clock skew, or far future) are archived too. Its cursor drops to
+// a real second with the first page that has events.
+const OpenTop int64 = math.MaxInt64
+
+// Open reports whether s has no upper bound.
+func (s Shard) Open() bool { return s.Until == OpenTop }
 
 // Done reports whether every second of the shard has been paged.
 func (s Shard) Done() bool { return s.Cursor < s.Since }
@@ -136,7 +146,9 @@ func Plan(since, until int64, n int, est Estimator) ([]Shard, error) {
 // they are duplicates of give's work, harmless to store, and advancing keep
 // past its Since just marks it done.
 func Split(s Shard, est Estimator, minEvents float64) (keep, give Shard, ok bool) {
-	if s.Done() || s.Cursor <= s.Since {
+	// An open shard whose first page has not landed has no known top to
+	// split below.
+	if s.Done() || s.Cursor <= s.Since || s.Cursor == OpenTop {
 		return s, Shard{}, false
 	}
 	if est == nil {

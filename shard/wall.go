@@ -93,6 +93,9 @@ func (w *WallPlan) Observe(kind int, author string) {
 	w.seen[kind][author] = true
 }
 
+// Kinds returns, sorted, the kinds observed in the second.
+func (w *WallPlan) Kinds() []int { return slices.Sorted(maps.Keys(w.seen)) }
+
 // SetTotal records the relay's NIP-45 COUNT for the second (same base
 // filter as the leaves).
 func (w *WallPlan) SetTotal(count int64) { w.total = count }

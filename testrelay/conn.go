@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ type conn struct {
 	// Owned by the reader; subs is also read by Add's live delivery,
 	// under subsMu.
 	authed bool
+	negs   map[string]*negState // NIP-77 reconciliations (neg.go)
+	authAs string               // the hex pubkey authed as
 	subsMu sync.Mutex
 	subs   map[string]*sub
 	bucket bucket
@@ -206,6 +209,15 @@ func (c *conn) serve(j job) error {
 	if len(j.filters) > 1 { // union of the filters, each item once
 		slices.Sort(pos)
 		pos = slices.Compact(pos)
+	}
+	// Lookups by id are served straight, as relays that lose events from
+	// their time-range scans (a broken index) still find them by id.
+	if (o.DuplicateEvery > 0 || o.OmitEvery > 0) && !byIDs(j.filters) {
+		lim := -1
+		if len(j.filters) == 1 {
+			lim = j.filters[0].effectiveLimit(o)
+		}
+		pos = c.r.bend(pos, snap, o, lim)
 	}
 	c.pos = pos
 	if err := c.sleepUntil(c.r.capacity.reserve(time.Now(), len(pos), o.Capacity)); err != nil {
@@ -460,6 +472,8 @@ func (c *conn) handle(data []byte, o *Options) {
 			id = e.ID
 		}
 		c.sendMsg("OK", id, false, "blocked: this relay is read-only")
+	case "NEG-OPEN", "NEG-MSG", "NEG-CLOSE":
+		c.onNeg(label, msg[1:], o)
 	default:
 		c.sendMsg("NOTICE", "ERROR: unknown cmd: "+label)
 	}
@@ -501,6 +515,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 	}
 	if o.AuthRequired && !c.authed {
 		c.refuse("CLOSED", id, reason(o, "auth-required", "this relay serves authenticated clients only"))
+		return
+	}
+	if o.AuthRequired && o.AuthAllow != nil && !slices.Contains(o.AuthAllow, c.authAs) {
+		c.refuse("CLOSED", id, reason(o, "restricted", "this key is not a member of this relay"))
 		return
 	}
 	if !c.r.allow(c, o) {
@@ -545,4 +563,42 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 func (c *conn) refuse(v ...any) {
 	c.r.st.refusals.Add(1)
 	c.sendMsg(v...)
+}
+
+// byIDs reports whether every filter names ids.
+func byIDs(fs []filter) bool {
+	for i := range fs {
+		if len(fs[i].ids) == 0 {
+			return false
+		}
+	}
+	return len(fs) > 0
+}
+
+// bend applies OmitEvery and DuplicateEvery to a page's positions (in
+// place), cutting the page at lim frames (negative: no cut) when
+// duplicates count toward the clamp.
+func (r *Relay) bend(pos []int32, snap *snapshot, o *Options, lim int) []int32 {
+	out := make([]int32, 0, len(pos)+len(pos)/max(1, o.DuplicateEvery)+1)
+	for _, p := range pos {
+		if o.OmitEvery > 0 {
+			if o.OmitForever {
+				h := fnv.New32a()
+				h.Write([]byte(snap.items[p].ID))
+				if h.Sum32()%uint32(o.OmitEvery) == 0 {
+					continue
+				}
+			} else if r.omitSeq.Add(1)%int64(o.OmitEvery) == 0 {
+				continue
+			}
+		}
+		out = append(out, p)
+		if o.DuplicateEvery > 0 && r.dupSeq.Add(1)%int64(o.DuplicateEvery) == 0 {
+			out = append(out, p)
+		}
+	}
+	if o.DuplicateInLimit && lim >= 0 && len(out) > lim {
+		out = out[:lim]
+	}
+	return out
 }

@@ -138,6 +138,22 @@ func (g *gen) assemble(set []signed) *Fixture {
 		add(it, ReasonMalformed)
 	}
 
+	// The traps: valid events served as they are, their tags indexed.
+	for i := nValid + o.BadSigs; i < len(set); i++ {
+		s := &set[i]
+		items = append(items, withTags(s.item()))
+		f.Valid = append(f.Valid, ValidEvent{ID: s.id, Line: s.line})
+		if s.createdAt > o.Until {
+			f.Future = append(f.Future, s.id)
+		}
+	}
+	if o.HiddenWall > 0 {
+		f.HiddenAt = g.hiddenAt
+	}
+	if o.TagWall > 0 {
+		f.TagWallAt = g.tagAt
+	}
+
 	f.Items = append(before, items...)
 	slices.SortFunc(f.Valid, func(a, b ValidEvent) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	return f

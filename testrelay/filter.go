@@ -1,14 +1,15 @@
 package testrelay
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
 )
 
 // filter is a NIP-01 filter restricted to what the store indexes: ids,
-// authors, kinds, since, until, limit. Tag filters (#e, #p, ...) are
-// ignored, as a relay that does not index tags would ignore them.
+// authors, kinds, since, until, limit, and single-letter tag filters (#e,
+// #p, ...) over the tags an Item indexes.
 type filter struct {
 	ids     []string
 	authors []string
@@ -17,6 +18,7 @@ type filter struct {
 	since   *int64
 	until   *int64
 	limit   *int
+	tags    map[string][]string // letter -> values
 }
 
 type filterJSON struct {
@@ -43,6 +45,25 @@ func parseFilter(raw []byte) (filter, error) {
 		return filter{}, fmt.Errorf("negative limit %d", *fj.Limit)
 	}
 	f := filter{ids: fj.IDs, authors: fj.Authors, kinds: fj.Kinds, since: fj.Since, until: fj.Until, limit: fj.Limit}
+	if bytes.Contains(raw, []byte(`"#`)) {
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &all); err != nil {
+			return filter{}, err
+		}
+		for k, v := range all {
+			if len(k) != 2 || k[0] != '#' {
+				continue
+			}
+			var values []string
+			if err := json.Unmarshal(v, &values); err != nil {
+				return filter{}, fmt.Errorf("tag filter %s: %w", k, err)
+			}
+			if f.tags == nil {
+				f.tags = map[string][]string{}
+			}
+			f.tags[k[1:]] = values
+		}
+	}
 	if len(f.authors) > manyAuthors {
 		f.authSet = make(map[string]struct{}, len(f.authors))
 		for _, a := range f.authors {
@@ -52,11 +73,16 @@ func parseFilter(raw []byte) (filter, error) {
 	return f, nil
 }
 
-// matchesRest reports whether it matches f's authors and kinds; the caller
-// has already applied ids, since and until.
+// matchesRest reports whether it matches f's authors, kinds and tags; the
+// caller has already applied ids, since and until.
 func (f *filter) matchesRest(it *Item) bool {
 	if f.kinds != nil && !slices.Contains(f.kinds, it.Kind) {
 		return false
+	}
+	for letter, values := range f.tags {
+		if !slices.ContainsFunc(it.Tags, func(t [2]string) bool { return t[0] == letter && slices.Contains(values, t[1]) }) {
+			return false
+		}
 	}
 	switch {
 	case f.authSet != nil:
@@ -71,7 +97,7 @@ func (f *filter) matchesRest(it *Item) bool {
 // timeOnly reports whether only since/until restrict f, so that a count
 // is the width of its window.
 func (f *filter) timeOnly() bool {
-	return f.ids == nil && f.authors == nil && f.kinds == nil
+	return f.ids == nil && f.authors == nil && f.kinds == nil && f.tags == nil
 }
 
 // effectiveLimit applies DefaultLimit and MaxLimit; negative means none.

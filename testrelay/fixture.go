@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -44,6 +45,23 @@ type FixtureOptions struct {
 	// kind in another second (UnsplittableAt): no split by kind or author
 	// makes them fit a page smaller than this.
 	UnsplittableWall int
+
+	// Future events are dated 1 minute to 1 day after Until (clock skew),
+	// FarFuture ones centuries after it (year 2286): a crawl whose "now"
+	// is Until must still archive them. They are ordinary events otherwise.
+	Future, FarFuture int
+	// HiddenWall puts this many kind-1 events in one second (HiddenAt),
+	// written by HiddenWallAuthors authors of their own (default
+	// HiddenWall/5), each of whom also wrote one event elsewhere: a full
+	// page of the second shows only some authors, so splitting by the
+	// authors seen misses the rest, and only authors known from elsewhere
+	// (or COUNT per author) find them.
+	HiddenWall, HiddenWallAuthors int
+	// TagWall puts this many kind-1 events of a single author in one second
+	// (TagWallAt), tagged ["t","tagwall<k>"] in groups of at most 100: no
+	// split by kind or author makes them fit a page of 100, a split by #t
+	// does.
+	TagWall int
 
 	// ForgedIDs are copies of valid events carrying the real id (and sig)
 	// over different content: "id-mismatch", sharing the id of a valid
@@ -116,7 +134,8 @@ type Fixture struct {
 	// give. An id may appear in both Valid and Bad (forged copies).
 	Bad []BadCopy
 
-	// Since and Until bound every item's created_at.
+	// Since and Until bound every item's created_at but the Future and
+	// FarFuture events'.
 	Since, Until int64
 	// WallAt is the wall's second and WallSize its count (0: no wall).
 	WallAt   int64
@@ -124,6 +143,10 @@ type Fixture struct {
 	// UnsplittableAt and UnsplittableSize describe the unsplittable wall.
 	UnsplittableAt   int64
 	UnsplittableSize int
+	// HiddenAt, TagWallAt: the hidden-author and tag walls' seconds.
+	HiddenAt, TagWallAt int64
+	// Future lists the ids of the Future and FarFuture events.
+	Future [][32]byte
 	// Authors are the hex pubkeys of the generated authors.
 	Authors []string
 
@@ -173,6 +196,9 @@ func (o FixtureOptions) withDefaults() FixtureOptions {
 	if o.WallAuthors == 0 {
 		o.WallAuthors = min(defaultWallAuthors, o.Authors)
 	}
+	if o.HiddenWall > 0 && o.HiddenWallAuthors == 0 {
+		o.HiddenWallAuthors = max(1, o.HiddenWall/5)
+	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
@@ -188,7 +214,7 @@ func (o FixtureOptions) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidFixture, fmt.Sprintf(format, args...))
 	}
-	for _, n := range []int{o.Events, o.Wall, o.UnsplittableWall, o.ForgedIDs, o.RandomIDs, o.BadSigs,
+	for _, n := range []int{o.Future, o.FarFuture, o.HiddenWall, o.HiddenWallAuthors, o.TagWall, o.Events, o.Wall, o.UnsplittableWall, o.ForgedIDs, o.RandomIDs, o.BadSigs,
 		o.BadPubKeys, o.Malformed, o.MalformedFrames, o.Duplicates, o.Lookalikes, o.Varied, o.Workers} {
 		if n < 0 {
 			return bad("negative count %d", n)
@@ -231,6 +257,8 @@ type gen struct {
 	pubRaw  [][32]byte
 	wallAt  int64
 	unsplAt int64
+	// hiddenAt and tagAt are the hidden-author and tag walls' seconds.
+	hiddenAt, tagAt int64
 }
 
 // The signed set, in this order; each part has its own random stream.
@@ -247,14 +275,22 @@ const (
 	partFrame
 	partChoice
 	partVaried
+	partFuture
+	partHidden
+	partTagWall
 )
+
+// farFuture is where FarFuture events are dated: year 2286.
+const farFuture = 9_999_999_000
 
 func newGen(o FixtureOptions) *gen {
 	g := &gen{o: o}
 	span := o.Until - o.Since
 	g.wallAt = o.Since + span/3
 	g.unsplAt = o.Since + 2*span/3
-	n := o.Authors + 1
+	g.hiddenAt = o.Since + span/2
+	g.tagAt = o.Since + 5*span/6
+	n := o.Authors + 1 + o.HiddenWallAuthors
 	g.keys = make([]*btcec.PrivateKey, n)
 	g.pubs = make([]string, n)
 	g.pubRaw = make([][32]byte, n)
@@ -277,7 +313,39 @@ func (g *gen) rng(part, i int) *rand.Rand {
 // signedCounts returns the sizes of the signed set's parts, in order.
 func (g *gen) signedCounts() []int {
 	o := g.o
-	return []int{o.Events, o.Wall, o.UnsplittableWall, o.Lookalikes, o.BadSigs}
+	return []int{o.Events, o.Wall, o.UnsplittableWall, o.Lookalikes, o.BadSigs,
+		o.Future + o.FarFuture, o.HiddenWall + o.HiddenWallAuthors, o.TagWall}
+}
+
+// trapEvent is event i of the traps that follow the bad signatures: part 5
+// future-dated, 6 the hidden wall and its authors' other events, 7 the tag
+// wall.
+func (g *gen) trapEvent(part, i int) (*event.Event, int) {
+	o := g.o
+	switch part {
+	case 5:
+		e, author := g.ordinary(g.rng(partFuture, i))
+		if i < o.Future {
+			e.CreatedAt = o.Until + 60 + g.rng(partFuture, -1-i).Int64N(86400-60+1)
+		} else {
+			e.CreatedAt = farFuture + int64(i-o.Future)
+		}
+		return e, author
+	case 6:
+		r := g.rng(partHidden, i)
+		if i < o.HiddenWall {
+			e := &event.Event{CreatedAt: g.hiddenAt, Kind: 1, Content: content(r, 100+r.IntN(200))}
+			return e, o.Authors + 1 + i%o.HiddenWallAuthors
+		}
+		e, _ := g.ordinary(r)
+		return e, o.Authors + 1 + (i - o.HiddenWall)
+	default:
+		r := g.rng(partTagWall, i)
+		groups := max(2, (o.TagWall+99)/100)
+		e := &event.Event{CreatedAt: g.tagAt, Kind: 1, Content: content(r, 100+r.IntN(200)),
+			Tags: [][]string{{"t", fmt.Sprintf("tagwall%d", i%groups)}}}
+		return e, o.Authors
+	}
 }
 
 // spec returns the unsigned event number i of the signed set and the index
@@ -303,8 +371,10 @@ func (g *gen) spec(i int) (*event.Event, int) {
 		return e, o.Authors
 	case 3:
 		return g.lookalike(g.rng(partLookalike, i))
-	default:
+	case 4:
 		return g.ordinary(g.rng(partBadSig, i))
+	default:
+		return g.trapEvent(part, i)
 	}
 }
 
@@ -315,7 +385,7 @@ func (g *gen) ordinary(r *rand.Rand) (*event.Event, int) {
 	u := r.Float64()
 	author := int(float64(o.Authors) * u * u) // a few authors write most
 	e := &event.Event{CreatedAt: o.Since + r.Int64N(o.Until-o.Since+1)}
-	for e.CreatedAt == g.wallAt || e.CreatedAt == g.unsplAt {
+	for e.CreatedAt == g.wallAt || e.CreatedAt == g.unsplAt || e.CreatedAt == g.hiddenAt || e.CreatedAt == g.tagAt {
 		e.CreatedAt = o.Since + r.Int64N(o.Until-o.Since+1)
 	}
 	w := r.IntN(100)
@@ -431,6 +501,17 @@ type signed struct {
 
 func (s *signed) item() Item {
 	return Item{Raw: s.line, CreatedAt: s.createdAt, Kind: s.kind, PubKey: s.pubkey, ID: hex.EncodeToString(s.id[:])}
+}
+
+// withTags indexes the item's single-letter tags, for tag filters.
+func withTags(it Item) Item {
+	var e struct {
+		Tags [][]string `json:"tags"`
+	}
+	if json.Unmarshal(it.Raw, &e) == nil {
+		it.Tags = letterTags(e.Tags)
+	}
+	return it
 }
 
 // signedSet returns the signed events, from the cache when it has them.

@@ -136,6 +136,9 @@ func (g *gen) cachePath() string {
 	key := fmt.Sprintf("testrelay fixture v%d seed=%d events=%d authors=%d range=%d-%d wall=%d%v/%d unsplittable=%d lookalikes=%d badsigs=%d",
 		cacheVersion, o.Seed, o.Events, o.Authors, o.Since, o.Until, o.Wall, o.WallKinds, o.WallAuthors,
 		o.UnsplittableWall, o.Lookalikes, o.BadSigs)
+	if o.Future+o.FarFuture+o.HiddenWall+o.TagWall > 0 {
+		key += fmt.Sprintf(" future=%d/%d hidden=%d/%d tagwall=%d", o.Future, o.FarFuture, o.HiddenWall, o.HiddenWallAuthors, o.TagWall)
+	}
 	sum := sha256.Sum256([]byte(key))
 	return filepath.Join(o.CacheDir, fmt.Sprintf("testrelay-fixture-%x.jsonl", sum[:8]))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/nostr-archiver/archiver/negentropy"
 )
 
 // Options configures a Relay. The zero value is a well-behaved relay that
@@ -76,6 +78,11 @@ type Options struct {
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a
 	// valid NIP-42 kind-22242 event for that challenge.
 	AuthRequired bool
+	// AuthAllow, with AuthRequired, is the whitelist of hex pubkeys the
+	// relay serves: a connection authenticated as any other key gets
+	// CLOSED "restricted: ..." for its REQs and COUNTs. Nil serves every
+	// authenticated key.
+	AuthAllow []string
 
 	// SupportCount answers NIP-45 COUNT; otherwise COUNT gets CLOSED
 	// "unsupported: ...".
@@ -111,6 +118,47 @@ type Options struct {
 	// the connection's writer; past it the reader blocks and TCP pushes back
 	// on the client. Default 64.
 	QueueDepth int
+
+	// DuplicateEvery sends every Nth event of REQ pages (counted over the
+	// relay) twice in a row, inside the page. With DuplicateInLimit the
+	// copies count toward the page's clamp, so a cut page holds fewer
+	// distinct events than the clamp, as a relay seen in the wild does. 0
+	// means never.
+	DuplicateEvery   int
+	DuplicateInLimit bool
+
+	// OmitEvery silently drops every Nth event from REQ pages (not from
+	// lookups by id) (counted over
+	// the relay, so another pass drops others) while COUNT still counts it.
+	// With OmitForever it drops the same events every time: those whose id
+	// hashes to 0 mod N. 0 means never.
+	OmitEvery   int
+	OmitForever bool
+	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
+	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
+	NIP77 bool
+	// ListNIP77 lists 77 in the NIP-11 document even with NIP77 off (a
+	// relay that claims NIP-77 and refuses it).
+	ListNIP77 bool
+	// NegNoticeOnly answers every NEG-* with only ["NOTICE","ERROR: bad
+	// msg: negentropy disabled"], as strfry with negentropy off does.
+	NegNoticeOnly bool
+	// NegMaxRecords refuses a NEG-OPEN whose filter matches more events
+	// with NEG-ERR "blocked: too many records", naming the cap
+	// (", max N") if NegCapInReason. 0 means no cap.
+	NegMaxRecords  int
+	NegCapInReason bool
+	// NegCloseEvery answers every Nth NEG-MSG (counted over the relay) with
+	// NEG-ERR "closed: idle timeout" and forgets that reconciliation, as
+	// NegIdleClose does to one idle that long. 0 means never.
+	NegCloseEvery int
+	NegIdleClose  time.Duration
+	// NegFrameLimit bounds the relay's negentropy messages (0: none, else
+	// at least 4096).
+	NegFrameLimit int
+	// NegResponder, if set, builds the relay side of each reconciliation
+	// (a test plugs in someone else's implementation); nil means ours.
+	NegResponder func(items []negentropy.Item, frameLimit int) (NegResponder, error)
 }
 
 // Defaults.
@@ -179,8 +227,16 @@ func (o Options) Validate() error {
 		return bad("Capacity %v < 0", o.Capacity)
 	case o.MaxMessageLength < 0:
 		return bad("MaxMessageLength %d < 0", o.MaxMessageLength)
+	case o.NegMaxRecords < 0 || o.NegCloseEvery < 0 || o.NegIdleClose < 0:
+		return bad("NegMaxRecords, NegCloseEvery and NegIdleClose must not be negative")
+	case o.NegFrameLimit != 0 && o.NegFrameLimit < negentropy.MinFrameSizeLimit:
+		return bad("NegFrameLimit %d below %d", o.NegFrameLimit, negentropy.MinFrameSizeLimit)
 	case o.QueueDepth < 0:
 		return bad("QueueDepth %d < 0", o.QueueDepth)
+	case o.DuplicateEvery < 0:
+		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
+	case o.OmitEvery < 0:
+		return bad("OmitEvery %d < 0", o.OmitEvery)
 	}
 	return nil
 }

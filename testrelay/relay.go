@@ -54,6 +54,10 @@ type Relay struct {
 	openSubs atomic.Int64
 	reqSeq   atomic.Int64
 	countSeq atomic.Int64
+	// dupSeq and omitSeq count the events DuplicateEvery and OmitEvery
+	// pick from.
+	dupSeq, omitSeq atomic.Int64
+	negSeq          atomic.Int64 // NEG-MSGs, for NegCloseEvery
 }
 
 // Stats are the relay's counters since New.
@@ -75,12 +79,14 @@ type Stats struct {
 	Drops           int64 // connections dropped on purpose (DropEvery, MaxMessageLength)
 	AuthOK          int64 // AUTH events accepted
 	AuthFailed      int64 // AUTH events rejected
+	BytesSent       int64 // bytes written to clients' sockets (WebSocket framing included)
 }
 
 type counters struct {
 	conns, openConns, connsRefused                     atomic.Int64
 	reqs, counts, closes, pages, events, refusals      atomic.Int64
 	peakSubsPerConn, peakSubs, drops, authOK, authFail atomic.Int64
+	bytesSent                                          atomic.Int64
 }
 
 // New starts a relay listening on opts.Addr.
@@ -175,6 +181,7 @@ func (r *Relay) Stats() Stats {
 		Pages: s.pages.Load(), Events: s.events.Load(), Refusals: s.refusals.Load(),
 		PeakSubsPerConn: s.peakSubsPerConn.Load(), PeakSubs: s.peakSubs.Load(),
 		Drops: s.drops.Load(), AuthOK: s.authOK.Load(), AuthFailed: s.authFail.Load(),
+		BytesSent: s.bytesSent.Load(),
 	}
 }
 
@@ -269,6 +276,9 @@ func infoDoc(o *Options) []byte {
 	if o.SupportCount {
 		nips = append(nips, 45)
 	}
+	if o.NIP77 || o.ListNIP77 {
+		nips = append(nips, 77)
+	}
 	doc, _ := json.Marshal(map[string]any{
 		"name":           "testrelay",
 		"description":    "a Nostr relay for tests and benchmarks",
@@ -314,7 +324,7 @@ func (r *Relay) upgrade(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	wire := &wireConn{Conn: netConn}
+	wire := &wireConn{Conn: netConn, sent: &r.st.bytesSent}
 	var rd io.Reader = wire
 	if n := brw.Reader.Buffered(); n > 0 { // a client that did not wait for the 101
 		pending, _ := brw.Reader.Peek(n)
@@ -354,13 +364,18 @@ func (r *Relay) upgrade(w http.ResponseWriter, req *http.Request) {
 // pong, a close) never interleave mid-frame.
 type wireConn struct {
 	net.Conn
-	mu sync.Mutex
+	mu   sync.Mutex
+	sent *atomic.Int64 // the relay's BytesSent; nil in unit tests
 }
 
 func (w *wireConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.Conn.Write(p)
+	n, err := w.Conn.Write(p)
+	if w.sent != nil {
+		w.sent.Add(int64(n))
+	}
+	return n, err
 }
 
 // pacer spreads the relay's Capacity over time: each page reserves its

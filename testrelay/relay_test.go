@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/btcsuite/btcd/btcec/v2/schnorr"
 	"github.com/nostr-archiver/archiver/event"
 )
 
@@ -796,5 +797,41 @@ func TestCapacityAndCadenceOverSockets(t *testing.T) {
 	// 2000 events at 10,000/s take >= 200 ms; one worker serves 4 pages in >= 4 x 50 ms.
 	if d := time.Since(start); n != 2000 || d < 200*time.Millisecond {
 		t.Fatalf("%d events in %v: want 2000 in >= 200ms", n, d)
+	}
+}
+
+// TestAuthAllow: with a whitelist, an authenticated key that is not on it
+// is refused with restricted:, one that is gets served.
+func TestAuthAllow(t *testing.T) {
+	member := sha256.Sum256([]byte("member key"))
+	outsider := sha256.Sum256([]byte("outsider key"))
+	skMember, pkMember := btcec.PrivKeyFromBytes(member[:])
+	skOutsider, _ := btcec.PrivKeyFromBytes(outsider[:])
+	r := newRelay(t, Options{AuthRequired: true, AuthAllow: []string{hex.EncodeToString(schnorr.SerializePubKey(pkMember))}},
+		synth(5, func(i int) int64 { return int64(i + 1) })...)
+	for _, tc := range []struct {
+		name string
+		sk   *btcec.PrivateKey
+		end  string
+		n    int
+	}{
+		{"outsider", skOutsider, "CLOSED", 0},
+		{"member", skMember, "EOSE", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, r.URL())
+			challenge := c.nextMsg().str(0)
+			c.send("AUTH", exportJSON(authEvent(t, tc.sk, r.URL(), challenge, KindAuth)))
+			if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "true" {
+				t.Fatalf("AUTH answered %s", m.raw)
+			}
+			p := c.req("s", map[string]any{"limit": 5})
+			if p.end.label != tc.end || len(p.events) != tc.n {
+				t.Fatalf("%d events, %s; want %d, %s", len(p.events), p.end.raw, tc.n, tc.end)
+			}
+			if tc.end == "CLOSED" && !strings.HasPrefix(p.end.str(1), "restricted: ") {
+				t.Fatalf("refusal %s, want restricted:", p.end.raw)
+			}
+		})
 	}
 }

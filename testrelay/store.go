@@ -30,6 +30,22 @@ type Item struct {
 	// valid relay messages. Every SubPlaceholder in Raw is replaced by the
 	// subscription id (JSON-escaped, without quotes).
 	Frame bool
+	// Tags are the event's single-letter tags as [letter, value], what tag
+	// filters (#e, #p, ...) match; the fixture's trap events and
+	// ItemFromEvent fill them.
+	Tags [][2]string
+}
+
+// letterTags picks the single-letter tags (name and first value) that
+// NIP-01 tag filters match.
+func letterTags(tags [][]string) [][2]string {
+	var out [][2]string
+	for _, t := range tags {
+		if len(t) >= 2 && len(t[0]) == 1 {
+			out = append(out, [2]string{t[0], t[1]})
+		}
+	}
+	return out
 }
 
 // SubPlaceholder in a Frame item's Raw stands for the subscription id.
@@ -44,6 +60,7 @@ func ItemFromEvent(e *event.Event) Item {
 		Kind:      e.Kind,
 		PubKey:    hex.EncodeToString(e.PubKey[:]),
 		ID:        hex.EncodeToString(e.ID[:]),
+		Tags:      letterTags(e.Tags),
 	}
 }
 
@@ -188,17 +205,36 @@ func (s *snapshot) outside(dst []int32, f *filter, from, dir, n int) []int32 {
 	return append(dst, found...)
 }
 
-// count returns how many distinct items the filters select, ignoring
-// limits (NIP-45).
+// count returns how many events the filters select, ignoring limits
+// (NIP-45): one per id, as a relay's store keyed by id counts them (copies
+// sharing an id, forged or duplicated, count once), and each Frame item.
 func (s *snapshot) count(filters []filter, ignoreUntil bool) int {
+	var pos []int32
 	if len(filters) == 1 && filters[0].timeOnly() {
 		lo, hi := s.window(&filters[0], ignoreUntil)
-		return hi - lo
+		pos = make([]int32, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			pos = append(pos, int32(i))
+		}
+	} else {
+		for i := range filters {
+			pos = s.match(pos, &filters[i], -1, 0, ignoreUntil)
+		}
+		slices.Sort(pos)
+		pos = slices.Compact(pos)
 	}
-	var pos []int32
-	for i := range filters {
-		pos = s.match(pos, &filters[i], -1, 0, ignoreUntil)
+	n := 0
+	ids := make(map[string]struct{}, len(pos))
+	for _, p := range pos {
+		it := &s.items[p]
+		if it.Frame {
+			n++
+			continue
+		}
+		if _, dup := ids[it.ID]; !dup {
+			ids[it.ID] = struct{}{}
+			n++
+		}
 	}
-	slices.Sort(pos)
-	return len(slices.Compact(pos))
+	return n
 }

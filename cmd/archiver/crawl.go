@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
-	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
-	"go.uber.org/zap"
 )
 
 func runCrawl(args []string) int {
@@ -35,6 +31,8 @@ func runCrawl(args []string) int {
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
 	)
+	var keyFiles repeated
+	fs.Var(&keyFiles, "auth-key-file", authKeyFileHelp)
 	c.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.\nRELAY_URL: wss://host[:port][/path], ws://host[:port][/path], or a bare host (wss://host).")
@@ -77,6 +75,9 @@ func runCrawl(args []string) int {
 	if err := opts.Check(); err != nil {
 		return usageError("crawl", err)
 	}
+	if opts.AuthKeys, err = loadAuthKeys(keyFiles); err != nil {
+		return usageError("--auth-key-file", err)
+	}
 	log, err := c.logger()
 	if err != nil {
 		return usageError("crawl", err)
@@ -106,40 +107,26 @@ func runCrawl(args []string) int {
 		}
 	}()
 
-	var pool *lazyparse.Pool
-	poolCtx, stopPool := context.WithCancel(ctx)
-	defer stopPool()
-	var poolWG sync.WaitGroup
+	var ver *verifier
 	if !*noVerify {
-		pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
-		if err != nil {
+		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
 			return usageError("--verify-workers", err)
 		}
-		poolWG.Add(1)
-		go func() {
-			defer poolWG.Done()
-			if err := pool.Run(poolCtx); err != nil {
-				log.Error("verify pool stopped", zap.Error(err))
-			}
-		}()
-		opts.OnCommit = pool.Notify
+		opts.OnCommit = ver.Notify
 	}
 	opts.Store, opts.Logger = store, log
 	crawler, err := crawl.New(opts)
 	if err != nil {
-		stopPool()
-		poolWG.Wait()
+		if ver != nil {
+			ver.stop()
+		}
 		return usageError("crawl", err)
 	}
-	prog := startProgress(ctx, crawler, log, stderr)
+	prog := startProgress(ctx, log, stderr, crawlReport(crawler))
 	results := crawler.Run(ctx, relays)
 	prog.Stop()
-	stopPool()
-	poolWG.Wait()
-	if pool != nil && ctx.Err() == nil {
-		if _, err := pool.Drain(ctx); err != nil {
-			log.Error("verify", zap.Error(err))
-		}
+	if ver != nil {
+		ver.finish(ctx)
 	}
 	code := 0
 	for _, r := range results {
@@ -154,18 +141,18 @@ func runCrawl(args []string) int {
 	if st, err := store.Stats(); err == nil {
 		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
 	}
-	return storeVerdict(code, store)
+	return storeVerdict("crawl", code, store)
 }
 
 // storeVerdict is the exit code once the store had its say: a relay
 // drained into an archive that could not take every write, or that holds
 // records it could not read back, is not complete.
-func storeVerdict(code int, store *rawstore.Store) int {
+func storeVerdict(cmd string, code int, store *rawstore.Store) int {
 	if err := store.Failed(); err != nil {
-		return fail("crawl", err)
+		return fail(cmd, err)
 	}
 	if err := store.Damage(); err != nil {
-		return fail("crawl", fmt.Errorf("not complete: %w", err))
+		return fail(cmd, fmt.Errorf("not complete: %w", err))
 	}
 	return code
 }
@@ -173,6 +160,9 @@ func storeVerdict(code int, store *rawstore.Store) int {
 // hint says what to try next after a relay could not be reached, from the
 // cause the crawl reported.
 func hint(r crawl.Result) string {
+	if h, ok := authHints[r.Finish]; ok {
+		return h
+	}
 	if r.Finish != crawl.FinishUnreachable {
 		return ""
 	}

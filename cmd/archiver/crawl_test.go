@@ -22,6 +22,9 @@ func TestHint(t *testing.T) {
 		{"wss://x.example", crawl.FinishUnreachable, "i/o timeout", "the relay may be down"},
 		{"wss://x.example", crawl.FinishGaveUp, "connection refused", ""},
 		{"wss://x.example", crawl.FinishDrained, "", ""},
+		{"wss://x.example", crawl.FinishAuthRequired, "auth-required: members only", "--auth-key-file"},
+		{"wss://x.example", crawl.FinishRestricted, "restricted: not a member", "allow the pubkey"},
+		{"wss://x.example", crawl.FinishAuthRejected, "invalid: wrong relay tag", "relay URL"},
 	} {
 		got := hint(crawl.Result{Relay: tc.relay, Finish: tc.finish, Detail: tc.detail})
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {

@@ -14,12 +14,15 @@ const usage = `archiver: archive Nostr relays completely.
 
 Usage:
   archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--log-format auto|console|json]
-  archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] RELAY_URL...
+  archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] [--auth-key-file [RELAY_URL=]PATH] RELAY_URL...
+  archiver sync      [--data DIR] [--since T] [--until T] RELAY_URL...
   archiver reprocess [--data DIR] [--all]
   archiver export    [--data DIR] [--out FILE]
+  archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]
   archiver repair    [--data DIR] [--relay URL ...]
+  archiver show      [--data DIR] [--json] EVENT_ID
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -43,12 +46,15 @@ func dispatch(args []string) int {
 		"crawl":     runCrawl,
 		"reprocess": runReprocess,
 		"export":    runExport,
+		"import":    runImport,
 		"stats":     runStats,
+		"show":      runShow,
 		"submit":    runSubmit,
 		"jobs":      runJobs,
 		"version":   runVersion,
 		"check":     runCheck,
 		"repair":    runRepair,
+		"sync":      runSync,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

@@ -60,14 +60,18 @@ func (c *console) setStatus(line string) {
 	c.status = line
 }
 
-// progress shows a one-shot crawl's progress: a line redrawn in place on a
-// terminal, a log line every 10 s otherwise. Stop waits for it.
+// progress shows a one-shot command's progress: a line redrawn in place
+// on a terminal, a log line every 10 s otherwise. Stop waits for it.
 type progress struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-func startProgress(ctx context.Context, c *crawl.Crawler, log *zap.Logger, out *console) *progress {
+// report is what one progress tick shows: the terminal's line, or the log
+// line's fields.
+type report func(now time.Time) (line string, fields []zap.Field)
+
+func startProgress(ctx context.Context, log *zap.Logger, out *console, rep report) *progress {
 	p := &progress{stop: make(chan struct{})}
 	every := 10 * time.Second
 	if out.tty {
@@ -81,7 +85,6 @@ func startProgress(ctx context.Context, c *crawl.Crawler, log *zap.Logger, out *
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
-		start, last, lastAt := time.Now(), int64(0), time.Now()
 		for {
 			select {
 			case <-ctx.Done():
@@ -89,29 +92,39 @@ func startProgress(ctx context.Context, c *crawl.Crawler, log *zap.Logger, out *
 			case <-p.stop:
 				return
 			case now := <-t.C:
-				var sum crawl.Progress
-				for _, r := range c.Progress() {
-					sum.Events += r.Events
-					sum.ShardsDone += r.ShardsDone
-					sum.ShardsTotal += r.ShardsTotal
-					sum.EstRemaining += r.EstRemaining
-				}
-				rate := float64(sum.Events-last) / now.Sub(lastAt).Seconds()
-				last, lastAt = sum.Events, now
-				eta := "?"
-				if d, ok := estimateETA(sum, now.Sub(start)); ok {
-					eta = d.String()
-				}
+				line, fields := rep(now)
 				if out.tty {
-					out.setStatus(fmt.Sprintf("events %d  %.0f/s  shards %d/%d  ETA %s", sum.Events, rate, sum.ShardsDone, sum.ShardsTotal, eta))
+					out.setStatus(line)
 				} else {
-					log.Info("progress", zap.Int64("events", sum.Events), zap.Float64("events_per_sec", rate),
-						zap.Int("shards_done", sum.ShardsDone), zap.Int("shards", sum.ShardsTotal), zap.String("eta", eta))
+					log.Info("progress", fields...)
 				}
 			}
 		}
 	}()
 	return p
+}
+
+// crawlReport reports a crawl's events, rate, shards and ETA.
+func crawlReport(c *crawl.Crawler) report {
+	start, last, lastAt := time.Now(), int64(0), time.Now()
+	return func(now time.Time) (string, []zap.Field) {
+		var sum crawl.Progress
+		for _, r := range c.Progress() {
+			sum.Events += r.Events
+			sum.ShardsDone += r.ShardsDone
+			sum.ShardsTotal += r.ShardsTotal
+			sum.EstRemaining += r.EstRemaining
+		}
+		rate := float64(sum.Events-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = sum.Events, now
+		eta := "?"
+		if d, ok := estimateETA(sum, now.Sub(start)); ok {
+			eta = d.String()
+		}
+		return fmt.Sprintf("events %d  %.0f/s  shards %d/%d  ETA %s", sum.Events, rate, sum.ShardsDone, sum.ShardsTotal, eta),
+			[]zap.Field{zap.Int64("events", sum.Events), zap.Float64("events_per_sec", rate),
+				zap.Int("shards_done", sum.ShardsDone), zap.Int("shards", sum.ShardsTotal), zap.String("eta", eta)}
+	}
 }
 
 // estimateETA estimates the time left of a crawl that has run for elapsed,

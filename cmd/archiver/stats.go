@@ -6,7 +6,14 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
+	"time"
 
+	"strings"
+
+	"github.com/nostr-archiver/archiver/crawl"
+
+	"github.com/nostr-archiver/archiver/importer"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -42,11 +49,54 @@ func runStats(args []string) int {
 		fmt.Printf("  invalid copies, %s: %d\n", r, rep.InvalidCopies[r])
 	}
 	for _, r := range rep.Relays {
+		if strings.HasPrefix(r.URL, importer.SourcePrefix) {
+			fmt.Printf("\n%s\n  new events %d, copies %d, lines quarantined %d\n", r.URL, r.Counters["new"], r.Counters["copies"], r.Counters["malformed"])
+			continue
+		}
 		fmt.Printf("\n%s\n  finish %s %s\n  pages %d, new events %d, copies %d, effective limit %d\n",
 			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
 		for _, w := range r.Walls {
 			fmt.Printf("  wall at %d: %d events, complete=%v (%s)\n", w.Second, w.Events, w.Complete, w.Method)
+			for _, why := range w.Unsplit {
+				fmt.Printf("    unproven: %s\n", why)
+			}
+		}
+		for _, c := range r.Coverage {
+			fmt.Printf("  range %s\n", coverageLine(c))
+		}
+		if r.NIP77 != "" {
+			fmt.Printf("  NIP-77 %s", r.NIP77)
+			if r.NegCap > 0 {
+				fmt.Printf(" (record cap %d)", r.NegCap)
+			}
+			fmt.Println()
+		}
+		for _, p := range r.NegProofs {
+			until := strconv.FormatInt(p.Until, 10)
+			if p.Until < 0 {
+				until = "no bound"
+			}
+			fmt.Printf("  proven complete by NIP-77 over [%d, %s] at %s\n", p.Since, until, time.Unix(p.At, 0).UTC().Format(time.RFC3339))
 		}
 	}
 	return 0
+}
+
+// coverageLine shows how one range of a relay was proven held, or why not.
+func coverageLine(c crawl.RangeCoverage) string {
+	until := "open"
+	if c.Until != 0 {
+		until = strconv.FormatInt(c.Until, 10)
+	}
+	line := fmt.Sprintf("[%d, %s]: %s, held %d", c.Since, until, c.Proof, c.Held)
+	if c.Proof == crawl.ProofCount || c.Proof == crawl.ProofUnproven && c.Count > 0 {
+		line += fmt.Sprintf(", relay COUNT %d", c.Count)
+	}
+	if c.Repaged > 0 {
+		line += fmt.Sprintf(", paged again %d times", c.Repaged)
+	}
+	if c.Why != "" {
+		line += " (" + c.Why + ")"
+	}
+	return line
 }

@@ -78,6 +78,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.Capacity, "capacity", 0, "events per second the relay serves across all connections (0: no cap)")
 	fs.BoolVar(&o.SendLimitsFrame, "limits-frame", false, `send a ["LIMITS",{...}] frame on connect`)
 	fs.IntVar(&o.MaxMessageLength, "max-message-length", 0, "drop a connection whose client frame is longer (0: no limit)")
+	fs.IntVar(&o.DuplicateEvery, "duplicate-every", 0, "send every Nth event of a page twice (0: never)")
+	fs.BoolVar(&o.DuplicateInLimit, "duplicate-in-limit", false, "duplicate frames count toward the page clamp")
+	fs.IntVar(&o.OmitEvery, "omit-every", 0, "silently drop every Nth event from REQ pages; COUNT still counts it (0: never)")
+	fs.BoolVar(&o.OmitForever, "omit-forever", false, "with -omit-every, drop the same events every time")
+	fs.IntVar(&fo.Future, "future", 0, "events dated 1 minute to 1 day after the fixture's until")
+	fs.IntVar(&fo.FarFuture, "far-future", 0, "events dated in the year 2286")
+	fs.IntVar(&fo.HiddenWall, "hidden-wall", 0, "events in one second whose authors a full page of it does not show")
+	fs.IntVar(&fo.TagWall, "tag-wall", 0, "events of one author and kind in one second that only a #t split fits in pages")
+	fs.BoolVar(&o.NIP77, "nip77", false, "answer NIP-77 negentropy (NEG-OPEN/NEG-MSG/NEG-CLOSE)")
+	fs.BoolVar(&o.ListNIP77, "list-nip77", false, "list NIP-77 in NIP-11 even without -nip77 (a relay that claims it and refuses)")
+	fs.BoolVar(&o.NegNoticeOnly, "neg-notice-only", false, `answer NEG-* with only ["NOTICE","ERROR: bad msg: negentropy disabled"]`)
+	fs.IntVar(&o.NegMaxRecords, "neg-max-records", 0, `refuse a NEG-OPEN matching more events with "blocked: too many records" (0: no cap)`)
+	fs.BoolVar(&o.NegCapInReason, "neg-cap-in-reason", false, "name the -neg-max-records cap in the blocked: reason")
+	fs.IntVar(&o.NegCloseEvery, "neg-close-every", 0, `answer every Nth NEG-MSG with "closed: idle timeout" (0: never)`)
+	fs.DurationVar(&o.NegIdleClose, "neg-idle-close", 0, `close a reconciliation idle this long with "closed: idle timeout" (0: never)`)
+	fs.IntVar(&o.NegFrameLimit, "neg-frame-limit", 0, "largest negentropy message the relay sends, bytes (0: no limit, else >= 4096)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

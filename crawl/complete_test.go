@@ -1,0 +1,125 @@
+package crawl_test
+
+import (
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/testrelay"
+)
+
+// clockAt returns a clock that reads at as now and runs on from there, so
+// that a fixture's events after its Until are dated in the future.
+func clockAt(at int64) func() time.Time {
+	offset := time.Until(time.Unix(at, 0))
+	return func() time.Time { return time.Now().Add(offset) }
+}
+
+// Issue 11: each way a relay hides events from a crawl that thinks it
+// is done. Either the exact valid set is archived and the crawl says
+// drained, or the crawl names why it is not (never drained over a loss).
+func TestCompleteness(t *testing.T) {
+	checkLeaks(t)
+	// A relay that clamps pages silently (no NIP-11: the crawl asks for
+	// 500 and gets 137), as the relay of the issue did.
+	clamped := testrelay.Options{Info: []byte(`{"name":"wild","supported_nips":[1,11,45]}`), MaxLimit: 137}
+	with := func(o testrelay.Options, change func(*testrelay.Options)) testrelay.Options {
+		change(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name    string
+		fixture testrelay.FixtureOptions
+		relay   testrelay.Options
+		finish  string // drained, or the honest reason
+		detail  string
+		missing int // valid events a relay never serves (the unproven case)
+		proof   string // every range's proof when drained (default: count where the relay counts)
+	}{
+		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
+			relay: testrelay.Options{}, finish: crawl.FinishDrained},
+		{name: "duplicate frames beyond the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 1500, Wall: 1500},
+			relay: with(clamped, func(o *testrelay.Options) { o.DuplicateEvery = 200; o.SupportCount = true }), finish: crawl.FinishDrained},
+		{name: "duplicate frames inside the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 1500, Wall: 1500},
+			relay: with(clamped, func(o *testrelay.Options) {
+				o.DuplicateEvery, o.DuplicateInLimit, o.SupportCount = 200, true, true
+			}), finish: crawl.FinishDrained},
+		{name: "wall of authors no page shows", fixture: testrelay.FixtureOptions{Seed: 13, Events: 1500, HiddenWall: 1500},
+			relay: with(clamped, func(o *testrelay.Options) { o.SupportCount = true }), finish: crawl.FinishDrained},
+		{name: "wall only a tag split fits", fixture: testrelay.FixtureOptions{Seed: 14, Events: 1500, TagWall: 800},
+			relay: with(clamped, func(o *testrelay.Options) { o.MaxLimit = 120; o.SupportCount = true }), finish: crawl.FinishDrained},
+		{name: "pages drop events now and then", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+			relay: testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 97}, finish: crawl.FinishDrained},
+		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
+			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
+		// The same relay offering NIP-77: the audit reconciles each range,
+		// fetches by id what the pages never showed, and proves it.
+		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true, NIP77: true},
+			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fixture.CacheDir = fixtureCache(t)
+			f, err := testrelay.Generate(tc.fixture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			relay := startRelay(t, tc.relay, f.Items)
+			a := openArchive(t)
+			res := a.crawl(t, crawl.Options{PageTimeout: time.Second, Now: clockAt(f.Until)}, relay.URL())
+			if res[0].Finish != tc.finish || !strings.Contains(res[0].Detail, tc.detail) {
+				t.Fatalf("result %v, want %s containing %q", res[0], tc.finish, tc.detail)
+			}
+			a.verify(t)
+			rec := a.record(t)
+			if len(rec.Coverage) == 0 {
+				t.Errorf("no coverage recorded")
+			}
+			if tc.missing == 0 {
+				assertExactValidSet(t, a, f)
+				proof := tc.proof
+				if proof == "" && tc.relay.SupportCount {
+					proof = crawl.ProofCount
+				}
+				for _, c := range rec.Coverage {
+					if proof != "" && c.Proof != proof {
+						t.Errorf("range %+v not proven by %s", c, proof)
+					}
+					// A range is paged again only when the relay dropped
+					// events from it: else the first pass's count is exact.
+					if tc.relay.OmitEvery == 0 && c.Repaged != 0 {
+						t.Errorf("range %+v paged again, though the relay drops nothing", c)
+					}
+				}
+				got := a.exported(t)
+				for _, id := range f.Future {
+					if !got[id] {
+						t.Errorf("future-dated event %s missing", hex.EncodeToString(id[:]))
+					}
+				}
+				return
+			}
+			// Unproven: what the relay served is archived, and the ranges
+			// that COUNT shows short are named.
+			got := a.exported(t)
+			if len(got) >= len(f.Valid) || len(got) < len(f.Valid)*9/10 {
+				t.Errorf("archived %d of %d valid events", len(got), len(f.Valid))
+			}
+			unproven := 0
+			for _, c := range rec.Coverage {
+				if c.Proof == crawl.ProofUnproven {
+					unproven++
+					if c.Count <= c.Held || c.Why == "" || c.Repaged != 2 {
+						t.Errorf("unproven range %+v: want count > held, a reason, and 2 re-pages", c)
+					}
+				}
+			}
+			if unproven == 0 {
+				t.Errorf("no range recorded unproven: %+v", rec.Coverage)
+			}
+		})
+	}
+}

@@ -1,0 +1,288 @@
+package crawl
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/shard"
+	"go.uber.org/zap"
+)
+
+// RangeCoverage says how one created_at range of a relay's crawl is known
+// to be held, or why it is not. Until 0 means no upper bound (an open job's
+// newest range, future-dated events included).
+type RangeCoverage struct {
+	Since int64 `json:"since"`
+	Until int64 `json:"until"`
+	// Proof is ProofPaged, ProofCount or ProofUnproven.
+	Proof string `json:"proof"`
+	Held  int64  `json:"held"`            // distinct events of the relay the archive holds in the range (and malformed frames it served)
+	Count int64  `json:"count,omitempty"` // the relay's NIP-45 COUNT for it, when answered
+	// Repaged counts the times a short range was paged again.
+	Repaged int    `json:"repaged,omitempty"`
+	Why     string `json:"why,omitempty"`
+	At      int64  `json:"at"`
+}
+
+// Proofs of a range.
+const (
+	ProofPaged    = "paged"    // paged to the end; the relay answers no COUNT to check it by
+	ProofCount    = "count"    // paged to the end, and the relay's COUNT is no more than held
+	ProofNIP77    = "nip77"    // reconciled over NIP-77: the relay has no event in the range the archive lacks
+	ProofUnproven = "unproven" // the relay's COUNT says more than paging (even again) yields
+)
+
+// maxNegAudit bounds the ids of a range reconciled over NIP-77 in one
+// piece (the archive's side is held in memory, 40 bytes an id); larger
+// ranges are checked by COUNT.
+const maxNegAudit = 1 << 20
+
+// maxRepages bounds how often a range whose COUNT disagrees is paged again.
+const maxRepages = 2
+
+// tally is what the audit needs of one shard's paging this run: where
+// the run started it, and the malformed frames its pages carried (the
+// relay's COUNT counts what it serves as malformed too). What the range
+// holds is counted from the archive at audit time, never from pages: a
+// page asked before a steal split the shard also carries events of the
+// part given away, and counting those as held proved a range that was
+// missing events.
+type tally struct {
+	top       int64 // the cursor this run started the shard at
+	malformed int64
+}
+
+// tally counts a page of shard s (as it stood when the page was asked)
+// and shows its authors to the known-author set.
+func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.known.observe(items)
+	t := r.tallies[s.ID]
+	if t == nil {
+		t = &tally{top: s.Cursor}
+		r.tallies[s.ID] = t
+	}
+	t.malformed += int64(malformed)
+}
+
+// held counts the distinct events in [since, until] that the archive holds
+// from this relay and that match the crawl's filter.
+func (r *relayCrawl) held(since, until int64) (int64, error) {
+	var match func(raw []byte) bool
+	if len(r.c.opts.Kinds) > 0 || len(r.c.opts.Authors) > 0 {
+		kinds := map[int]bool{}
+		for _, k := range r.c.opts.Kinds {
+			kinds[k] = true
+		}
+		authors := map[string]bool{}
+		for _, a := range r.c.opts.Authors {
+			authors[a] = true
+		}
+		match = func(raw []byte) bool {
+			e, err := event.Parse(raw)
+			return err == nil && (len(kinds) == 0 || kinds[e.Kind]) &&
+				(len(authors) == 0 || authors[hex.EncodeToString(e.PubKey[:])])
+		}
+	}
+	hi := uint64(math.MaxUint64)
+	if until != shard.OpenTop {
+		hi = uint64(until)
+	}
+	return r.c.opts.Store.CountServed(r.idx, uint64(max(since, 0)), hi, match)
+}
+
+// observeAuthors shows items' authors to the known-author set.
+func (r *relayCrawl) observeAuthors(items []Item) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.known.observe(items)
+}
+
+// audit checks every range this run paged against the relay's NIP-45
+// COUNT (with the job's filter), pages again a range that holds fewer than
+// the relay counts (up to maxRepages times), and records how each range
+// stands. Ranges finished by an earlier run are recorded as paged.
+func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
+	r.mu.Lock()
+	if len(r.tallies) == 0 {
+		r.mu.Unlock()
+		return nil // nothing paged this run: the record keeps what it had
+	}
+	shards := r.queue.Shards()
+	type rng struct {
+		since, until int64
+		malformed    int64
+		earlier      bool
+	}
+	var todo []rng
+	for _, s := range shards {
+		if t := r.tallies[s.ID]; t != nil {
+			todo = append(todo, rng{s.Since, t.top, t.malformed, false})
+		} else {
+			todo = append(todo, rng{s.Since, s.Until, 0, true})
+		}
+	}
+	r.mu.Unlock()
+	now := r.c.opts.Now().Unix()
+	var out []RangeCoverage
+	for _, g := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		c := RangeCoverage{Since: g.since, Until: g.until, Proof: ProofPaged, At: now}
+		if g.until == shard.OpenTop {
+			c.Until = 0
+		}
+		held, err := r.held(g.since, g.until)
+		c.Held = held + g.malformed
+		if err == nil && r.nip77 && held <= maxNegAudit {
+			// Reconciliation proves the range whatever COUNT says, and
+			// fetches what the pages missed.
+			ok, fetched, nerr := r.negRange(ctx, g.since, g.until)
+			if nerr == nil && ok {
+				c.Proof, c.Held = ProofNIP77, held+int64(fetched)+g.malformed
+				out = append(out, c)
+				continue
+			}
+			r.log.Info("NIP-77 could not prove the range; COUNT is checked instead", zap.Int64("since", g.since),
+				zap.Int64("until", g.until), zap.Bool("complete", ok), zap.Error(nerr))
+		}
+		switch {
+		case err != nil:
+			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("counting what the archive holds: %v", err)
+		case g.earlier:
+			c.Why = "paged by an earlier run"
+		case !r.count:
+			c.Why = "the relay answers no COUNT"
+		default:
+			r.checkRange(ctx, &c, g.since, g.until, g.malformed)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// checkRange compares c's held count with the relay's COUNT for [since,
+// until], paging the range again while it is short (a relay that drops
+// other events each pass is read whole by the passes together) and
+// counting again what the archive holds.
+func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until, malformed int64) {
+	for {
+		n, ok := r.countEvents(ctx, since, until)
+		if !ok {
+			c.Why = "the relay's COUNT failed"
+			return
+		}
+		c.Count = n
+		if c.Held >= n {
+			c.Proof = ProofCount
+			return
+		}
+		if c.Repaged >= maxRepages {
+			c.Proof = ProofUnproven
+			c.Why = fmt.Sprintf("the relay counts %d events, paging %d times yielded %d: it serves fewer than it holds", n, c.Repaged+1, c.Held)
+			return
+		}
+		c.Repaged++
+		err := r.repage(ctx, since, until)
+		if err == nil {
+			var held int64
+			held, err = r.held(since, until)
+			c.Held = held + malformed
+		}
+		r.log.Info("range short of COUNT; paged again", zap.Int64("since", since), zap.Int64("until", until),
+			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
+		if err != nil {
+			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("paging again: %v", err)
+			return
+		}
+	}
+}
+
+// repage pages [since, until] newest-first again without moving any
+// shard's cursor, completing walls on the way; what it fetches is stored.
+func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
+	cursor := until
+	failures, slowdowns := 0, 0
+	for cursor >= since {
+		page, pc, err := r.fetch(ctx, r.filter(since, cursor, nil, nil))
+		if err != nil {
+			return err
+		}
+		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("re-page until=%d", cursor)) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		failures, slowdowns = 0, 0
+		n, frames, oldest := 0, 0, cursor
+		distinct := map[[32]byte]bool{}
+		for _, it := range page.Items {
+			if it.CreatedAt < since || it.CreatedAt > cursor {
+				continue
+			}
+			frames++
+			if !distinct[it.ID] {
+				distinct[it.ID] = true
+				n++
+				oldest = min(oldest, it.CreatedAt)
+			}
+		}
+		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: r.malformed(pc, page)}); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		r.c.opts.OnCommit()
+		switch {
+		case n == 0:
+			return nil
+		case oldest < cursor:
+			cursor = oldest
+		default:
+			if r.full(n, frames) {
+				if err := r.completeWall(ctx, cursor); err != nil {
+					return err
+				}
+			}
+			cursor--
+		}
+	}
+	return nil
+}
+
+func copies(items []Item) []rawstore.Copy {
+	out := make([]rawstore.Copy, len(items))
+	for i, it := range items {
+		out[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
+	}
+	return out
+}
+
+// retryWalls runs the walls still incomplete once more, now that the whole
+// range is paged: the known-author set then holds every author the relay
+// showed anywhere.
+func (r *relayCrawl) retryWalls(ctx context.Context) {
+	r.mu.Lock()
+	var seconds []int64
+	for _, w := range r.rec.Walls {
+		if !w.Complete {
+			seconds = append(seconds, w.Second)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(seconds)
+	for _, s := range seconds {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := r.completeWall(ctx, s); err != nil {
+			r.log.Info("wall retry failed", zap.Int64("second", s), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package rawstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nostr-archiver/archiver/frame"
+)
+
+// The id index lists the stored ids by (created_at, id), the order
+// NIP-77 reconciles in, so a time window's ids are one key-range scan
+// instead of a walk over every event body. Ingest writes it for each new
+// primary copy; stores from before it get it built once (EnsureIDIndex).
+const prefixIDs = 'T' // T|created_at (uint64 BE)|id -> (empty)
+
+// idIndexKey marks the id index complete: present once every E key
+// has its T key (ingest keeps it so from then on).
+var idIndexKey = []byte{prefixInternal, 'i', 'd', 'i', 'n', 'd', 'e', 'x'}
+
+func idsKey(createdAt uint64, id *[32]byte) []byte {
+	k := make([]byte, 0, 1+8+idLen)
+	k = binary.BigEndian.AppendUint64(append(k, prefixIDs), createdAt)
+	return append(k, id[:]...)
+}
+
+// indexID adds c's T key to b if its created_at can be read. A copy whose
+// created_at is unreadable cannot be in any NIP-77 window anyway.
+func indexID(b *pebble.Batch, c *Copy) {
+	if _, ts, err := frame.EventFields(c.Raw); err == nil && ts >= 0 {
+		_ = b.Set(idsKey(uint64(ts), &c.ID), nil, nil)
+	}
+}
+
+// EnsureIDIndex builds the id index from the stored events unless it is
+// already complete. Ingest may run meanwhile: it indexes its own copies.
+func (s *Store) EnsureIDIndex() error {
+	s.idIndexMu.Lock()
+	defer s.idIndexMu.Unlock()
+	if s.idIndexed.Load() {
+		return nil
+	}
+	if _, closer, err := s.db.Get(idIndexKey); err == nil {
+		closer.Close()
+		s.idIndexed.Store(true)
+		return nil
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("rawstore: read id index mark: %w", err)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return fmt.Errorf("rawstore: build id index: %w", err)
+	}
+	defer it.Close()
+	b := s.db.NewBatch()
+	defer func() { b.Close() }()
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("rawstore: build id index: %w", err)
+		}
+		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
+			continue
+		}
+		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
+		indexID(b, &c)
+		if b.Len() > 4<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return fmt.Errorf("rawstore: build id index: %w", err)
+			}
+			b.Close()
+			b = s.db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("rawstore: build id index: %w", err)
+	}
+	_ = b.Set(idIndexKey, nil, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("rawstore: build id index: %w", err)
+	}
+	s.idIndexed.Store(true)
+	return nil
+}
+
+// IDsInRange calls fn with the (created_at, id) of every stored event with
+// since <= created_at <= until, in that order, building the index first
+// if needed.
+func (s *Store) IDsInRange(since, until uint64, fn func(createdAt uint64, id [32]byte) error) error {
+	if err := s.EnsureIDIndex(); err != nil {
+		return err
+	}
+	lo := binary.BigEndian.AppendUint64([]byte{prefixIDs}, since)
+	hi := []byte{prefixIDs + 1}
+	if until < ^uint64(0) {
+		hi = binary.BigEndian.AppendUint64([]byte{prefixIDs}, until+1)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("rawstore: list ids: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 1+8+idLen {
+			continue
+		}
+		if err := fn(binary.BigEndian.Uint64(k[1:9]), [32]byte(k[9:])); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("rawstore: list ids: %w", err)
+	}
+	return nil
+}
+
+// Has reports whether id is stored.
+func (s *Store) Has(id [32]byte) (bool, error) {
+	v, err := s.get(eventKey(&id))
+	if err != nil {
+		return false, err
+	}
+	return v != nil, nil
+}
+
+// CountServed counts the stored events with since <= created_at <= until
+// that relay served (first, or as a later copy) and that match accepts
+// (nil: all). It is what a crawl holds of a relay's range, whatever the
+// pages that fetched it looked like.
+func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
+	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err != nil {
+		return 0, err
+	}
+	defer eit.Close()
+	var n int64
+	ek := make([]byte, 1+idLen)
+	ek[0] = prefixEvent
+	err = s.IDsInRange(since, until, func(_ uint64, id [32]byte) error {
+		copy(ek[1:], id[:])
+		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
+			return eit.Error()
+		}
+		v, err := eit.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
+		}
+		if len(v) < eventHeaderLen {
+			return nil
+		}
+		if binary.BigEndian.Uint32(v[1:5]) != relay {
+			_, closer, err := s.db.Get(provKey(&id, relay))
+			if errors.Is(err, pebble.ErrNotFound) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("rawstore: read provenance of %x: %w", id[:8], err)
+			}
+			closer.Close()
+		}
+		if match == nil || match(v[eventHeaderLen:]) {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

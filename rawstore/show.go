@@ -1,0 +1,83 @@
+package rawstore
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Held is everything the archive holds of one id (`archiver show`).
+type Held struct {
+	// Primary is the copy export reads (nil if the id is not held) and
+	// PrimaryRelay the source that first served it.
+	Primary      []byte
+	PrimaryRelay uint32
+	// Verdict on the primary: "valid", "invalid" or "pending", and why an
+	// invalid one failed.
+	Verdict string
+	Reason  string
+	// Sources are every source that served the id, the first one first.
+	Sources []uint32
+	// Alternates are copies whose bytes differ from the primary, waiting
+	// for their own verdict.
+	Alternates []HeldCopy
+	// Quarantined are the copies with this id that failed for good.
+	Quarantined []HeldCopy
+}
+
+// HeldCopy is one copy of an id other than the primary.
+type HeldCopy struct {
+	Relay  uint32
+	Reason string // why it failed; "" for an alternate not yet judged
+	Raw    []byte
+}
+
+// Lookup returns what the archive holds of id. It reads every quarantined
+// copy to find those of id: a command for a person, not a hot path.
+func (s *Store) Lookup(id [32]byte) (Held, error) {
+	var h Held
+	v, err := s.get(eventKey(&id))
+	if err != nil {
+		return h, err
+	}
+	if v != nil && len(v) >= eventHeaderLen {
+		h.Primary, h.PrimaryRelay = v[eventHeaderLen:], binary.BigEndian.Uint32(v[1:5])
+		h.Verdict = "pending"
+	}
+	vd, err := s.get(verdictKey(&id))
+	if err != nil {
+		return h, err
+	}
+	if len(vd) >= 5 {
+		h.Verdict, h.Reason = "valid", ""
+		if vd[0] == statusInvalid {
+			h.Verdict, h.Reason = "invalid", string(vd[5:])
+		}
+	}
+	if h.Primary != nil {
+		if h.Sources, err = s.Sources(id); err != nil {
+			return h, err
+		}
+	}
+	p := append([]byte{prefixAlternate}, id[:]...)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return h, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if v := it.Value(); len(v) >= eventHeaderLen { // empty once resolved
+			h.Alternates = append(h.Alternates, HeldCopy{Relay: binary.BigEndian.Uint32(v[1:5]), Raw: bytes.Clone(v[eventHeaderLen:])})
+		}
+	}
+	if err := it.Close(); err != nil {
+		return h, err
+	}
+	err = s.ForEachQuarantined(func(q Quarantined) error {
+		if q.ID != nil && *q.ID == id {
+			h.Quarantined = append(h.Quarantined, HeldCopy{Relay: q.Relay, Reason: q.Reason, Raw: bytes.Clone(q.Raw)})
+		}
+		return nil
+	})
+	return h, err
+}
