@@ -128,8 +128,8 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	// commits). Syncing the WAL now makes this batch durable, and every
 	// batch before it, among them any whose copies this one took as
 	// duplicates, before the caller relies on it.
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return res, fmt.Errorf("rawstore: sync batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	if err := s.gate("sync batch for relay "+s.RelayURL(in.Relay), 0, func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
+		return res, err
 	}
 	return res, nil
 }

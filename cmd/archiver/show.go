@@ -43,7 +43,7 @@ why, and every relay (or import) that served it, the first one first.`)
 	}
 	store, err := c.openStore(log)
 	if err != nil {
-		return fail("show", fmt.Errorf("cannot open archive %s: %w", c.data, err))
+		return fail("show", openError(c.data, err))
 	}
 	defer store.Close()
 	h, err := store.Lookup(id)
