@@ -100,6 +100,7 @@ func New(opts Options) (*Daemon, error) {
 			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
 			OnChange: d.diskChanged,
 			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
+			Extra:    store.SpaceNeeded,
 		})
 	}
 	if err == nil {

@@ -42,6 +42,14 @@ type Options struct {
 	// OnError, if set, is called when a check fails; the guard then keeps
 	// its state until a check succeeds.
 	OnError func(err error)
+	// Extra, if set, returns the space the store itself needs free on
+	// top of MinFree (rawstore.Store.SpaceNeeded: its memtables' flush
+	// and WAL), and makes the floor MinFree + Extra() + twice the space
+	// the last interval took, so that a pause comes before Pebble's own
+	// needs are reached whatever the disk's size and however fast the
+	// crawl writes (a fixed MinFree of 8 MiB let a crawl reach ENOSPC).
+	// Without it the floor is MinFree. MinFree 0 disables the guard.
+	Extra func() uint64
 }
 
 // Guard watches free space. Its methods are safe for concurrent use.
@@ -51,6 +59,8 @@ type Guard struct {
 	mu      sync.Mutex
 	paused  bool
 	free    uint64
+	growth  uint64        // space taken during the last interval
+	floor   uint64        // the floor of the last check
 	resumed chan struct{} // closed on resume; replaced on pause
 }
 
@@ -136,9 +146,15 @@ func (g *Guard) check() error {
 		return fmt.Errorf("diskguard: statfs %s: %w", g.opts.Dir, err)
 	}
 	g.mu.Lock()
+	if g.free > free {
+		g.growth = g.free - free
+	} else if g.free != 0 {
+		g.growth = 0
+	}
 	g.free = free
+	g.floor = g.floorLocked()
 	was := g.paused
-	g.paused = nextPaused(was, free, g.opts.MinFree)
+	g.paused = nextPaused(was, free, g.floor)
 	switch {
 	case g.paused && !was:
 		g.resumed = make(chan struct{})
@@ -151,6 +167,32 @@ func (g *Guard) check() error {
 		g.opts.OnChange(now, free)
 	}
 	return nil
+}
+
+// floorLocked is MinFree + Extra() + 2*growth, saturating; 0 when
+// MinFree is 0 (the guard is off).
+func (g *Guard) floorLocked() uint64 {
+	if g.opts.MinFree == 0 {
+		return 0
+	}
+	if g.opts.Extra == nil {
+		return g.opts.MinFree
+	}
+	f := g.opts.MinFree
+	for _, add := range []uint64{g.opts.Extra(), g.growth, g.growth} {
+		if f > ^uint64(0)-add {
+			return ^uint64(0)
+		}
+		f += add
+	}
+	return f
+}
+
+// Floor returns the floor the last check applied (see Options.Extra).
+func (g *Guard) Floor() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.floor
 }
 
 // nextPaused is the whole policy: pause below minFree, resume at

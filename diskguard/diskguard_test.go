@@ -311,3 +311,43 @@ func TestStatfs(t *testing.T) {
 		t.Error("statfs of a missing directory: no error")
 	}
 }
+
+// With Extra, the floor is MinFree + Extra() + twice the last interval's
+// growth: a fast writer pauses while a fixed floor would still let it
+// run into ENOSPC before the next check.
+func TestFloorFollowsGrowth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 5 * time.Second
+		disk := &fakeDisk{}
+		disk.free.Store(10000)
+		g, err := New(Options{Dir: "d", MinFree: 1000, Interval: interval, Statfs: disk.statfs, Extra: func() uint64 { return 500 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			g.Run(ctx)
+			close(done)
+		}()
+		for i, step := range []struct {
+			free, floor uint64
+			paused      bool
+		}{
+			{10000, 1500, false},
+			{8000, 1500 + 2*2000, false},
+			{5000, 1500 + 2*3000, true}, // a fixed floor of 1000 would not pause here
+			{5000, 1500, false},         // no growth: back over 1.1 x 1500
+			{4900, 1500 + 2*100, false},
+		} {
+			disk.free.Store(step.free)
+			time.Sleep(interval)
+			synctest.Wait()
+			if g.Paused() != step.paused || g.Floor() != step.floor {
+				t.Errorf("step %d: free %d: Paused() = %v, Floor() = %d; want %v, %d", i, step.free, g.Paused(), g.Floor(), step.paused, step.floor)
+			}
+		}
+		cancel()
+		<-done
+	})
+}

@@ -1,6 +1,7 @@
 package rawstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -19,6 +20,17 @@ type CheckReport struct {
 	// DamagedIDs are the event ids whose body or verdict is damaged, for
 	// a repair to fetch again.
 	DamagedIDs [][32]byte
+
+	lostEvents [][2][]byte // event key ranges in damaged key blocks
+}
+
+func (r *CheckReport) lost(ek []byte) bool {
+	for _, rg := range r.lostEvents {
+		if bytes.Compare(ek, rg[0]) >= 0 && bytes.Compare(ek, rg[1]) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Err returns a *DamageError when something was damaged, else nil.
@@ -37,7 +49,7 @@ func (r *CheckReport) Err() error {
 // last key read).
 func (s *Store) Check() (*CheckReport, error) {
 	r := &CheckReport{}
-	seen := map[[32]byte]bool{}
+	seen := map[[32]byte]bool{} // damaged ids, listed once
 	bad := func(ce *CorruptError) {
 		r.Damaged++
 		if len(r.First) < damageListed {
@@ -48,18 +60,61 @@ func (s *Store) Check() (*CheckReport, error) {
 			r.DamagedIDs = append(r.DamagedIDs, id)
 		}
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{})
-	if err != nil {
-		return nil, err
+	// One walk per kind of record, so that a damaged key block (after
+	// which the walk steps ahead, see iterPastDamage) costs each kind
+	// only its own keys; the verdicts' walk still reads every event
+	// judged valid, one by one.
+	for _, p := range []byte{prefixCounter, prefixEvent, prefixAlternate, prefixMalformed, prefixRelay,
+		prefixPending, prefixQuarant, prefixProven, prefixShard, prefixVerdict, prefixInternal} {
+		if err := s.checkPrefix(p, r, bad, seen); err != nil {
+			return r, err
+		}
 	}
-	defer it.Close()
-	var last []byte
-	for ok := it.First(); ok; {
+	return r, nil
+}
+
+func (s *Store) checkPrefix(p byte, r *CheckReport, bad func(*CorruptError), seen map[[32]byte]bool) error {
+	upper := []byte{p + 1}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer func() { it.Close() }() // it is replaced past damage
+	last := []byte{p}
+	for ok := it.First(); ; {
+		if !ok {
+			err := it.Error()
+			if err == nil {
+				return nil
+			}
+			if !pebble.IsCorruptionError(err) {
+				return fmt.Errorf("rawstore: check: %w", err)
+			}
+			next := s.iterPastDamage(last, upper)
+			upTo := "the end of its kind"
+			if next != nil {
+				upTo = describeKey(next.Key())
+			}
+			bad(corrupt(append(last, 0), fmt.Errorf("records after this one unreadable, up to %s: %w", upTo, err)))
+			if p == prefixEvent {
+				hi := []byte{prefixEvent + 1}
+				if next != nil {
+					hi = append([]byte(nil), next.Key()...)
+				}
+				r.lostEvents = append(r.lostEvents, [2][]byte{append(last, 0), hi})
+			}
+			if next == nil {
+				return nil
+			}
+			it.Close()
+			it, ok = next, true
+			continue
+		}
 		k := append(last[:0], it.Key()...)
 		last = k
 		v, err := value(it)
 		if err == nil {
-			err = s.checkRecord(k, v)
+			err = s.checkRecord(k, v, r, seen)
 		}
 		var ce *CorruptError
 		switch {
@@ -68,7 +123,7 @@ func (s *Store) Check() (*CheckReport, error) {
 			ok = skipPast(it, k)
 			continue
 		case err != nil:
-			return r, err
+			return err
 		}
 		r.Records++
 		switch k[0] {
@@ -79,17 +134,10 @@ func (s *Store) Check() (*CheckReport, error) {
 		}
 		ok = it.Next()
 	}
-	if err := it.Error(); err != nil {
-		if !pebble.IsCorruptionError(err) {
-			return r, fmt.Errorf("rawstore: check: %w", err)
-		}
-		bad(corrupt(append(last, 0), fmt.Errorf("keys after this one unreadable: %w", err)))
-	}
-	return r, nil
 }
 
 // checkRecord decodes one record by its kind.
-func (s *Store) checkRecord(k, v []byte) error {
+func (s *Store) checkRecord(k, v []byte, r *CheckReport, seen map[[32]byte]bool) error {
 	switch k[0] {
 	case prefixEvent:
 		if len(k) != 1+idLen {
@@ -112,6 +160,9 @@ func (s *Store) checkRecord(k, v []byte) error {
 		}
 		var id [32]byte
 		copy(id[:], k[1:])
+		if seen[id] || r.lost(eventKey(&id)) {
+			return nil // its event's damage is reported; reading it again fails again, slowly
+		}
 		ev, err := s.get(eventKey(&id))
 		switch {
 		case err != nil:
@@ -131,9 +182,8 @@ func (s *Store) checkRecord(k, v []byte) error {
 			return corrupt(k, fmt.Errorf("queue entry of %d bytes", len(v)))
 		}
 	case prefixQuarant:
-		if len(v) < 6 || len(v) < 6+int(v[4]) {
-			return corrupt(k, fmt.Errorf("quarantine entry of %d bytes", len(v)))
-		}
+		_, err := decodeQuarantined(k, v)
+		return err
 	}
 	return nil
 }

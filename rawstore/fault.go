@@ -134,7 +134,7 @@ func (f *faults) releaseReserve() {
 	if f.reserve.CompareAndSwap(true, false) {
 		if err := f.fs.Remove(filepath.Join(f.dir, reserveName)); err == nil {
 			f.log.Warn("disk full: released the space reserve so the archive can close cleanly",
-				zap.String("dir", f.dir), zap.Int("reserve_bytes", DefaultReserveBytes))
+				zap.String("dir", f.dir))
 		}
 	}
 }
@@ -169,8 +169,11 @@ func (f *faults) listener() pebble.EventListener {
 // gate runs a write: it refuses it once the store failed, and turns both a
 // write error and Pebble's Fatalf (a failed WAL write panics out of
 // Commit, see zapPebbleLogger) into the store's failure.
-func (s *Store) gate(what string, write func() error) (err error) {
+func (s *Store) gate(what string, size int, write func() error) (err error) {
 	if err := s.faults.err(); err != nil {
+		return err
+	}
+	if err := s.faults.room(size, s.opts.MemTableSize); err != nil {
 		return err
 	}
 	defer func() {
@@ -198,6 +201,54 @@ func (s *Store) gate(what string, write func() error) (err error) {
 	}
 	return nil
 }
+
+// room refuses a write of size bytes (ErrNoSpace, nothing written) when
+// the file system has less free space than Pebble may need after it: the
+// WAL and the memtable's flush output of what is buffered (twice the
+// memtable), this write thrice (WAL, memtable, flushed table), and a
+// margin for the MANIFEST. Pebble cannot survive running out: a WAL that
+// cannot be written or rotated panics with its mutex released (a Go fatal
+// error, not recoverable), a MANIFEST write calls Fatalf. So the store
+// stops writing first, and the refusal is not a failure: writes resume
+// when space is back.
+func (f *faults) room(size int, memTable uint64) error {
+	du, err := f.fs.GetDiskUsage(f.dir)
+	if err != nil {
+		return nil // no way to tell; Pebble's own errors remain
+	}
+	need := 2*memTable + 3*uint64(size) + minMargin
+	if du.AvailBytes >= need {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has %s free, the archive needs %s free to write safely; free some space or use --data on a bigger disk",
+		ErrNoSpace, f.dir, humanBytes(du.AvailBytes), humanBytes(need))
+}
+
+// availBytes is the free space of dir's file system (or its parent's,
+// before dir exists).
+func availBytes(fs vfs.FS, dir string) (uint64, bool) {
+	du, err := fs.GetDiskUsage(dir)
+	if err != nil {
+		du, err = fs.GetDiskUsage(filepath.Dir(dir))
+	}
+	return du.AvailBytes, err == nil
+}
+
+// minMargin is the free space kept beyond the memtables' needs.
+const minMargin = 1 << 20
+
+// memTableFor sizes the memtable for a file system with avail bytes free
+// when none was asked for: an eighth of the free space, between 256 KiB
+// and 32 MiB, so that a small disk can hold an archive at all (with 32
+// MiB memtables a 20 MiB file system could take no write).
+func memTableFor(avail uint64) uint64 {
+	return min(max(avail/8, 256<<10), 32<<20)
+}
+
+// SpaceNeeded is the free space below which the store refuses even an
+// empty write (see room): what its memtables may still need. A guard
+// that pauses crawling adds it to its own floor (diskguard.Options.Extra).
+func (s *Store) SpaceNeeded() uint64 { return 2*s.opts.MemTableSize + minMargin }
 
 // Failed returns the store's failure (ErrNoSpace, ErrFailed) or nil.
 func (s *Store) Failed() error { return s.faults.err() }

@@ -85,8 +85,8 @@ func (s *Store) EnsureIDIndex() error {
 		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
 		indexID(b, &c)
 		if b.Len() > 4<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("rawstore: build id index: %w", err)
+			if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+				return err
 			}
 			b.Close()
 			b = s.db.NewBatch()
@@ -96,8 +96,8 @@ func (s *Store) EnsureIDIndex() error {
 		return fmt.Errorf("rawstore: build id index: %w", err)
 	}
 	_ = b.Set(idIndexKey, nil, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("rawstore: build id index: %w", err)
+	if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.Sync) }); err != nil {
+		return err
 	}
 	s.idIndexed.Store(true)
 	return nil

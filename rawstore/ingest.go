@@ -57,6 +57,46 @@ type IngestResult struct {
 	Duplicates int // byte-identical copies of a stored id
 	Variants   int // copies whose bytes differ from the stored one (queued for verify)
 	Malformed  int // bad frames quarantined (not counting ones quarantined before)
+	Repaired   int // copies that replaced a stored copy which could not be read back
+}
+
+// damagedCopy stands, in a lookup's result, for a stored copy that cannot
+// be read back (version 0 is never written).
+var damagedCopy = []byte{0, 0, 0, 0, 0}
+
+// corruptIf wraps err as a CorruptError of key when it is Pebble's
+// corruption.
+func corruptIf(key []byte, err error) error {
+	if pebble.IsCorruptionError(err) {
+		return corrupt(key, err)
+	}
+	return err
+}
+
+// forgetDamagedVerdict deletes, in b, the verdict on id's damaged primary
+// copy and moves its count back to pending (the copy replacing it is
+// queued and judged anew).
+func (s *Store) forgetDamagedVerdict(b *pebble.Batch, id *[32]byte, counts map[string]int64) error {
+	v, err := s.get(verdictKey(id))
+	if err != nil && !s.noteDamage(err) {
+		return err
+	}
+	_ = b.Delete(verdictKey(id), nil)
+	if len(v) < 1 {
+		// Pending; or its verdict is unreadable too, and its count
+		// cannot be moved (the counters may be one off for it).
+		return nil
+	}
+	switch v[0] {
+	case statusValid:
+		counts[CounterValid]--
+	case statusInvalid:
+		counts[CounterInvalid]--
+	default:
+		return nil
+	}
+	counts[CounterPending]++
+	return nil
 }
 
 // header of an E value: version byte, first relay (uint32 BE).
@@ -88,8 +128,8 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	// commits). Syncing the WAL now makes this batch durable, and every
 	// batch before it, among them any whose copies this one took as
 	// duplicates, before the caller relies on it.
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return res, fmt.Errorf("rawstore: sync batch for relay %s: %w", s.RelayURL(in.Relay), err)
+	if err := s.gate("sync batch for relay "+s.RelayURL(in.Relay), 0, func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -112,9 +152,21 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	var hot []hotEntry
 	added := make(map[[32]byte]struct{}, len(in.Events))
 	var newIDs, dups int64
+	counts := map[string]int64{} // counter deltas of replaced damaged copies
 	for i := range in.Events {
 		c := &in.Events[i]
 		stored, first := storedCopy(&c.ID, inBatch)
+		damaged := len(stored) > 0 && stored[0] == damagedCopy[0]
+		if damaged {
+			// Its verdict judged bytes that are gone: forget it, and
+			// store this copy as the primary, pending (counted as the
+			// id's, not as a new one).
+			if err := s.forgetDamagedVerdict(b, &c.ID, counts); err != nil {
+				return res, err
+			}
+			stored = nil
+			res.Repaired++
+		}
 		switch {
 		case stored == nil:
 			v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
@@ -128,8 +180,10 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			inBatch[c.ID] = v
 			added[c.ID] = struct{}{}
 			hot = append(hot, hotEntry{seq, c.Raw})
-			newIDs++
-			res.New++
+			if !damaged {
+				newIDs++
+				res.New++
+			}
 		case bytes.Equal(stored[eventHeaderLen:], c.Raw):
 			if first != in.Relay {
 				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
@@ -191,6 +245,11 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if dups > 0 {
 		_ = b.Merge(counterKey(CounterDups), delta(dups), nil)
 	}
+	for name, d := range counts {
+		if d != 0 {
+			_ = b.Merge(counterKey(name), delta(d), nil)
+		}
+	}
 	for name, n := range map[string]int{"new": res.New, "duplicates": res.Duplicates, "variants": res.Variants, "copies": len(in.Events), "malformed": malformed} {
 		if n > 0 {
 			_ = b.Merge(relayCounterKey(in.Relay, name), delta(int64(n)), nil)
@@ -215,7 +274,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if record != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
-	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return res, err
 	}
 	if len(added) > 0 {
@@ -253,14 +312,28 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 			continue
 		}
 		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
-			v := it.Value()
-			if len(v) < eventHeaderLen {
-				return nil, fmt.Errorf("rawstore: corrupt event record %x", k[1:9])
+			v, err := value(it)
+			if err == nil {
+				_, _, err = decodeEvent(k, v)
+			}
+			if err != nil {
+				// The stored copy cannot be read back: this copy
+				// replaces it (see ingestLocked).
+				s.noteDamage(err)
+				unexhaust(it, k)
+				found[[32]byte(k[1:])] = damagedCopy
+				continue
 			}
 			found[[32]byte(k[1:])] = append([]byte(nil), v...)
+		} else if err := it.Error(); err != nil {
+			if !s.noteDamage(corruptIf(k, err)) {
+				return nil, err
+			}
+			unexhaust(it, k)
+			found[[32]byte(k[1:])] = damagedCopy
 		}
 	}
-	return found, it.Error()
+	return found, nil
 }
 
 // catchUp adds to known the copies of evs that commits after generation

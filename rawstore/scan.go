@@ -46,7 +46,7 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	defer s.ingestMu.Unlock()
 	upTo := s.pendingSeq.Load()
 	if upTo > s.staleUpTo.Load() {
-		if err := s.gate("begin verify scan", func() error {
+		if err := s.gate("begin verify scan", 0, func() error {
 			return s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync)
 		}); err != nil {
 			return 0, err
@@ -72,7 +72,7 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	_ = b.DeleteRange(seqKey(prefixPending, 0), seqKey(prefixPending, upTo+1), nil)
 	_ = b.Delete(scanKey, nil)
 	_ = b.Delete(unqueuedKey, nil)
-	if err := s.gate("end verify scan", func() error { return b.Commit(pebble.Sync) }); err != nil {
+	if err := s.gate("end verify scan", b.Len(), func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return n, err
 	}
 	s.staleUpTo.Store(0)

@@ -55,7 +55,9 @@ type Options struct {
 	// an archive, instead of creating one in it.
 	NoCreate bool
 	// ReserveBytes is the space reserve of a writable store (see
-	// DefaultReserveBytes, the default; negative for none).
+	// DefaultReserveBytes; 0 means that or an eighth of the free space,
+	// whichever is less; negative for none). MemTableSize 0 is likewise
+	// sized to the free space (see memTableFor).
 	ReserveBytes int64
 }
 
@@ -115,7 +117,16 @@ type Store struct {
 
 // Open opens (creating if needed) the archive in opts.Dir.
 func Open(opts Options) (_ *Store, err error) {
+	autoMem := opts.MemTableSize == 0
 	opts.setDefaults()
+	if avail, ok := availBytes(opts.FS, opts.Dir); ok && !opts.ReadOnly {
+		if autoMem {
+			opts.MemTableSize = memTableFor(avail)
+		}
+		if opts.ReserveBytes == 0 {
+			opts.ReserveBytes = int64(min(DefaultReserveBytes, avail/8))
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			fp, ok := r.(fatalPanic)
@@ -205,11 +216,7 @@ func Open(opts Options) (_ *Store, err error) {
 	}
 	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f}
 	if !opts.ReadOnly {
-		reserve := opts.ReserveBytes
-		if reserve == 0 {
-			reserve = DefaultReserveBytes
-		}
-		f.makeReserve(reserve)
+		f.makeReserve(opts.ReserveBytes)
 	}
 	if opts.NoSync {
 		s.sync = pebble.NoSync
@@ -232,20 +239,41 @@ func Open(opts Options) (_ *Store, err error) {
 // load restores the sequence counters, the scan marks and the relay
 // registry.
 func (s *Store) load() error {
+	// A read-only store opens over damage here (check and export must
+	// run on a damaged archive), noting it; a writer must not guess its
+	// sequence counters, so it refuses with a CorruptError.
+	damaged := func(key []byte, err error) error {
+		if err == nil || !pebble.IsCorruptionError(err) {
+			return err
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			ce = corrupt(key, err)
+		}
+		if s.opts.ReadOnly {
+			s.noteDamage(ce)
+			return nil
+		}
+		return fmt.Errorf("rawstore: open %s: %w; `archiver check --data %s` lists the damage", s.opts.Dir, ce, s.opts.Dir)
+	}
 	for _, p := range []struct {
 		prefix byte
 		seq    *atomic.Uint64
 	}{{prefixPending, &s.pendingSeq}, {prefixQuarant, &s.quarSeq}} {
 		last, err := s.lastKey([]byte{p.prefix})
 		if err != nil {
-			return err
+			if err := damaged([]byte{p.prefix}, err); err != nil {
+				return err
+			}
 		}
 		if len(last) == 9 {
 			p.seq.Store(binary.BigEndian.Uint64(last[1:]))
 		}
 	}
 	if v, err := s.get(scanKey); err != nil {
-		return err
+		if err := damaged(scanKey, err); err != nil {
+			return err
+		}
 	} else if len(v) == 8 {
 		s.staleUpTo.Store(binary.BigEndian.Uint64(v))
 	}
@@ -253,7 +281,9 @@ func (s *Store) load() error {
 		closer.Close()
 		s.unqueued.Store(true)
 	} else if !errors.Is(err, pebble.ErrNotFound) {
-		return err
+		if err := damaged(unqueuedKey, err); err != nil {
+			return err
+		}
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
 	if err != nil {
@@ -269,7 +299,7 @@ func (s *Store) load() error {
 		s.relayURL[idx] = url
 		s.relayIdx[url] = idx
 	}
-	return it.Error()
+	return damaged([]byte{prefixRelay}, it.Error())
 }
 
 func (s *Store) lastKey(prefix []byte) ([]byte, error) {
@@ -309,7 +339,7 @@ func (s *Store) RelayIndex(url string) (uint32, error) {
 		return idx, nil
 	}
 	idx := uint32(len(s.relayURL))
-	if err := s.gate("register relay "+url, func() error { return s.db.Set(relayKey(idx), relayRecord(url, nil), pebble.Sync) }); err != nil {
+	if err := s.gate("register relay "+url, 0, func() error { return s.db.Set(relayKey(idx), relayRecord(url, nil), pebble.Sync) }); err != nil {
 		return 0, err
 	}
 	s.relayURL = append(s.relayURL, url)

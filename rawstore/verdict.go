@@ -120,7 +120,7 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
 		}
 	}
-	return s.gate("record verdicts", func() error { return a.b.Commit(pebble.NoSync) })
+	return s.gate("record verdicts", a.b.Len(), func() error { return a.b.Commit(pebble.NoSync) })
 }
 
 type applier struct {
@@ -298,7 +298,7 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 			_ = b.Merge(counterKey(reasonPrefix+reason), delta(n), nil)
 		}
 	}
-	if err := s.gate("reset verdicts", func() error { return b.Commit(pebble.Sync) }); err != nil {
+	if err := s.gate("reset verdicts", b.Len(), func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return 0, err
 	}
 	s.unqueued.Store(true)
@@ -365,8 +365,11 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		v := it.Value()
-		q, err := decodeQuarantined(it.Key(), v)
+		v, err := value(it)
+		var q Quarantined
+		if err == nil {
+			q, err = decodeQuarantined(it.Key(), v)
+		}
 		if err != nil {
 			return err
 		}
@@ -379,7 +382,7 @@ func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
 
 // decodeQuarantined decodes a Q entry (see quarantineValue).
 func decodeQuarantined(k, v []byte) (Quarantined, error) {
-	bad := fmt.Errorf("rawstore: corrupt quarantine entry %x", k)
+	bad := corrupt(k, fmt.Errorf("quarantine entry of %d bytes", len(v)))
 	if len(k) != 9 || len(v) < 6 || len(v) < 6+int(v[4]) {
 		return Quarantined{}, bad
 	}
@@ -413,7 +416,7 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 	if err != nil {
 		return err
 	}
-	defer vit.Close()
+	defer func() { vit.Close() }() // vit is replaced past damage
 	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return err
@@ -429,7 +432,32 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 	}
 	ek := make([]byte, 1+idLen)
 	ek[0] = prefixEvent
-	for ok := vit.First(); ok; {
+	var lastV []byte
+	var eSkipUntil []byte // event keys below it are in a damaged block
+	for ok := vit.First(); ; {
+		if !ok {
+			err := vit.Error()
+			if err == nil {
+				break
+			}
+			if !pebble.IsCorruptionError(err) {
+				return fmt.Errorf("rawstore: read verdicts: %w", err)
+			}
+			last := append([]byte{prefixVerdict}, lastV...)
+			next := s.iterPastDamage(last, []byte{prefixVerdict + 1})
+			upTo := "the end"
+			if next != nil {
+				upTo = describeKey(next.Key())
+			}
+			bad(corrupt(append(last, 0), fmt.Errorf("verdicts after this one unreadable, up to %s: %w", upTo, err)))
+			if next == nil {
+				break
+			}
+			vit.Close()
+			vit, ok = next, true
+			continue
+		}
+		lastV = append(lastV[:0], vit.Key()[1:]...)
 		v, err := value(vit)
 		if err != nil {
 			bad(err)
@@ -445,11 +473,28 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 			continue
 		}
 		copy(ek[1:], vit.Key()[1:])
+		if bytes.Compare(ek, eSkipUntil) < 0 {
+			// In the damaged key block met before: reading it again
+			// would fail again, slowly.
+			bad(corrupt(ek, fmt.Errorf("in a damaged block of event keys, up to %s", describeKey(eSkipUntil))))
+			ok = vit.Next()
+			continue
+		}
 		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
 			if err := eit.Error(); err != nil {
-				return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+				if !pebble.IsCorruptionError(err) {
+					return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+				}
+				bad(corrupt(ek, err))
+				unexhaust(eit, ek)
+				eSkipUntil = []byte{prefixEvent + 1}
+				if next := s.iterPastDamage(ek, eSkipUntil); next != nil {
+					eSkipUntil = append([]byte(nil), next.Key()...)
+					_ = next.Close()
+				}
+			} else {
+				bad(corrupt(ek, errors.New("valid verdict without its event")))
 			}
-			bad(corrupt(ek, errors.New("valid verdict without its event")))
 			ok = vit.Next()
 			continue
 		}
@@ -471,9 +516,6 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 			return err
 		}
 		ok = vit.Next()
-	}
-	if err := vit.Error(); err != nil {
-		return fmt.Errorf("rawstore: read verdicts: %w", err)
 	}
 	return damage.err()
 }

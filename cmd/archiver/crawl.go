@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/rawstore"
 )
 
 func runCrawl(args []string) int {
@@ -165,6 +166,19 @@ func runCrawl(args []string) int {
 	}
 	if st, err := store.Stats(); err == nil {
 		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
+	}
+	return storeVerdict("crawl", code, store)
+}
+
+// storeVerdict is the exit code once the store had its say: a relay
+// drained into an archive that could not take every write, or that holds
+// records it could not read back, is not complete.
+func storeVerdict(cmd string, code int, store *rawstore.Store) int {
+	if err := store.Failed(); err != nil {
+		return fail(cmd, err)
+	}
+	if err := store.Damage(); err != nil {
+		return fail(cmd, fmt.Errorf("not complete: %w", err))
 	}
 	return code
 }

@@ -22,6 +22,7 @@ Usage:
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]
   archiver relays    [--data DIR] [--json]
+  archiver repair    [--data DIR] [--relay URL ...]
   archiver show      [--data DIR] [--json] EVENT_ID
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
@@ -54,6 +55,7 @@ func dispatch(args []string) int {
 		"jobs":      runJobs,
 		"version":   runVersion,
 		"check":     runCheck,
+		"repair":    runRepair,
 		"sync":      runSync,
 	}
 	switch args[0] {

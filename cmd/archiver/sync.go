@@ -106,5 +106,5 @@ func runSync(args []string) int {
 	if st, err := store.Stats(); err == nil {
 		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
 	}
-	return code
+	return storeVerdict("sync", code, store)
 }

@@ -65,6 +65,30 @@ func Fill(t testing.TB, dir, url string, n int) map[[32]byte]bool {
 	return ids
 }
 
+// DrainQueue judges everything queued with AllValid.
+func DrainQueue(t testing.TB, s *rawstore.Store) {
+	t.Helper()
+	for {
+		items, err := s.NextPending(0, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) == 0 {
+			return
+		}
+		for i := range items {
+			if err := s.Load(&items[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		vs := make([]rawstore.Verdict, len(items))
+		_ = AllValid(items, vs)
+		if err := s.Apply(items, vs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // AllValid is a rawstore.Judge that finds everything valid.
 func AllValid(items []rawstore.Pending, vs []rawstore.Verdict) error {
 	for i := range vs {
