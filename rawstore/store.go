@@ -225,9 +225,11 @@ func Open(opts Options) (_ *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.markIDIndexIfEmpty(); err != nil {
-		_ = db.Close()
-		return nil, err
+	if !opts.ReadOnly {
+		if err := s.markIDIndexIfEmpty(); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	if cMallocFree() >= 0 {
 		s.trimStop, s.trimDone = make(chan struct{}), make(chan struct{})
