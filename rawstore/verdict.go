@@ -178,6 +178,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.setVerdict(&p.ID, p.Relay, v)
 		a.count(CounterPending, -1)
 		if v.Valid {
+			a.index(&p.ID, p.Raw)
 			a.count(CounterValid, 1)
 		} else {
 			a.count(CounterInvalid, 1)
@@ -213,6 +214,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.primary[p.ID] = nv
 		_ = a.b.Set(eventKey(&p.ID), nv, nil)
 		a.setVerdict(&p.ID, p.Relay, v)
+		a.index(&p.ID, p.Raw)
 		a.count(CounterValid, 1)
 		if cur != nil { // invalid primary
 			a.count(CounterInvalid, -1)
@@ -271,6 +273,12 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
 	_ = b.DeleteRange([]byte{prefixPending}, []byte{prefixPending + 1}, nil)
 	_ = b.Set(unqueuedKey, nil, nil)
+	// No verdict is left to index (but the kept ones below, whose bodies
+	// cannot be read, so no query could return them): the emptied indexes
+	// are complete, and the scan that follows re-fills them.
+	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
+	_ = b.Delete(indexBuildKey, nil)
+	_ = b.Set(indexMarkKey, nil, nil)
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err
