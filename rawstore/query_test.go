@@ -1,0 +1,524 @@
+package rawstore_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/filter"
+	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/testrelay"
+)
+
+// tEvent is an event as the brute-force matcher sees it: decoded with
+// encoding/json, independently of package event and of the indexes.
+type tEvent struct {
+	ID        string     `json:"id"`
+	PubKey    string     `json:"pubkey"`
+	CreatedAt int64      `json:"created_at"`
+	Kind      int        `json:"kind"`
+	Tags      [][]string `json:"tags"`
+}
+
+// tFilter is a filter as the test builds it; its JSON is what Parse reads.
+type tFilter struct {
+	IDs     []string
+	Authors []string
+	Kinds   []int
+	Tags    map[string][]string
+	Since   *int64
+	Until   *int64
+	Limit   *int
+}
+
+func (f tFilter) JSON() string {
+	m := map[string]any{}
+	if f.IDs != nil {
+		m["ids"] = f.IDs
+	}
+	if f.Authors != nil {
+		m["authors"] = f.Authors
+	}
+	if f.Kinds != nil {
+		m["kinds"] = f.Kinds
+	}
+	for k, v := range f.Tags {
+		m["#"+k] = v
+	}
+	if f.Since != nil {
+		m["since"] = *f.Since
+	}
+	if f.Until != nil {
+		m["until"] = *f.Until
+	}
+	if f.Limit != nil {
+		m["limit"] = *f.Limit
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// matches is NIP-01: every present field must match; an empty list
+// matches nothing.
+func (f tFilter) matches(e *tEvent) bool {
+	if f.IDs != nil && !slices.Contains(f.IDs, e.ID) ||
+		f.Authors != nil && !slices.Contains(f.Authors, e.PubKey) ||
+		f.Kinds != nil && !slices.Contains(f.Kinds, e.Kind) ||
+		f.Since != nil && e.CreatedAt < *f.Since ||
+		f.Until != nil && e.CreatedAt > *f.Until {
+		return false
+	}
+	for name, vals := range f.Tags {
+		found := false
+		for _, t := range e.Tags {
+			if len(t) >= 2 && t[0] == name && slices.Contains(vals, t[1]) {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// brute answers filters by scanning every event (all sorted newest first,
+// then by id): each filter's limit on its own matches, the union once.
+func brute(all []*tEvent, fs []tFilter) []string {
+	in := map[string]bool{}
+	for _, f := range fs {
+		n := 0
+		for _, e := range all {
+			if f.Limit != nil && n >= *f.Limit {
+				break
+			}
+			if f.matches(e) {
+				in[e.ID] = true
+				n++
+			}
+		}
+	}
+	var out []string
+	for _, e := range all {
+		if in[e.ID] {
+			out = append(out, e.ID)
+		}
+	}
+	return out
+}
+
+// extraEvents are what the generated corpus lacks: several versions of
+// replaceable (0, 10002) and addressable (30000) events of one author, a
+// deletion request (kind 5), a tag value too long to index, an uppercase
+// tag letter, and a second of several events.
+func extraEvents(t *testing.T) [][]byte {
+	sk, _ := btcec.PrivKeyFromBytes(bytes.Repeat([]byte{7}, 32))
+	long := strings.Repeat("L", rawstore.MaxIndexedTagValue+1)
+	var out [][]byte
+	add := func(kind int, at int64, tags ...[]string) {
+		e := &event.Event{Kind: kind, CreatedAt: at, Tags: tags, Content: fmt.Sprintf("extra %d", len(out))}
+		if e.Tags == nil {
+			e.Tags = [][]string{}
+		}
+		if err := e.Sign(sk); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, event.AppendJSON(nil, e))
+	}
+	for i := range 4 {
+		add(0, 1_699_000_000+int64(i))
+		add(10002, 1_699_000_100+int64(i), []string{"r", "wss://r.example"})
+		add(30000, 1_699_000_200+int64(i), []string{"d", "list"}, []string{"p", "same"})
+	}
+	add(5, 1_699_000_300, []string{"e", "deleted"}, []string{"k", "1"})
+	add(1, 1_699_000_400, []string{"t", long}, []string{"t", "short"})
+	add(1, 1_699_000_401, []string{"T", "Upper"}, []string{"t", "short"})
+	for range 5 {
+		add(1, 1_699_000_500, []string{"t", "tie"})
+	}
+	return out
+}
+
+type corpus struct {
+	store   *rawstore.Store
+	fix     *testrelay.Fixture
+	all     []*tEvent // every valid event, newest first then by id
+	authors []string
+	kinds   []int
+	tags    map[string][]string // letter -> values present
+	times   []int64
+	invalid []string // ids with no valid copy
+}
+
+func newCorpus(t *testing.T) *corpus {
+	t.Helper()
+	fix, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 14, Events: 500, Authors: 12, Wall: 120, TagWall: 60,
+		ForgedIDs: 6, BadSigs: 6, BadPubKeys: 3, RandomIDs: 3, Malformed: 3, Duplicates: 5, Varied: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	relay, err := s.RelayIndex("wss://corpus.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawstore.Batch{Relay: relay}
+	addRaw := func(idHex string, raw []byte) {
+		var id [32]byte
+		if event.DecodeHex32(&id, []byte(idHex)) != nil {
+			return // no id to key it by: the receive path quarantines such frames
+		}
+		b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: bytes.Clone(raw)})
+	}
+	for _, it := range fix.Items {
+		if !it.Frame {
+			addRaw(it.ID, it.Raw)
+		}
+	}
+	for _, raw := range extraEvents(t) {
+		var e tEvent
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatal(err)
+		}
+		addRaw(e.ID, raw)
+	}
+	if _, err := s.Ingest(b); err != nil {
+		t.Fatal(err)
+	}
+	c := &corpus{store: s, fix: fix}
+	c.drain(t)
+	c.all = c.bruteAll(t)
+	if len(c.all) < len(fix.Valid) {
+		t.Fatalf("%d valid events, the fixture has %d", len(c.all), len(fix.Valid))
+	}
+	tags := map[string]map[string]bool{}
+	seen := map[string]bool{}
+	for _, e := range c.all {
+		if !seen[e.PubKey] {
+			c.authors = append(c.authors, e.PubKey)
+		}
+		seen[e.PubKey] = true
+		if !slices.Contains(c.kinds, e.Kind) {
+			c.kinds = append(c.kinds, e.Kind)
+		}
+		c.times = append(c.times, e.CreatedAt)
+		for _, tg := range e.Tags {
+			if len(tg) >= 2 && len(tg[0]) == 1 {
+				if tags[tg[0]] == nil {
+					tags[tg[0]] = map[string]bool{}
+				}
+				tags[tg[0]][tg[1]] = true
+			}
+		}
+	}
+	c.tags = map[string][]string{}
+	for l, vs := range tags {
+		for v := range vs {
+			c.tags[l] = append(c.tags[l], v)
+		}
+		slices.Sort(c.tags[l])
+	}
+	valid := map[string]bool{}
+	for _, e := range c.all {
+		valid[e.ID] = true
+	}
+	for _, bad := range fix.Bad {
+		var id [32]byte
+		if event.DecodeHex32(&id, []byte(bad.ID)) == nil && !valid[bad.ID] && !slices.Contains(c.invalid, bad.ID) {
+			c.invalid = append(c.invalid, bad.ID)
+		}
+	}
+	if len(c.invalid) == 0 {
+		t.Fatal("the corpus has no invalid ids")
+	}
+	return c
+}
+
+func (c *corpus) drain(t *testing.T) {
+	t.Helper()
+	pool, err := lazyparse.New(lazyparse.Options{Store: c.store, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.store.Stats(); st.Pending != 0 {
+		t.Fatalf("%d pending after drain", st.Pending)
+	}
+}
+
+// bruteAll reads every valid event by the full scan export uses.
+func (c *corpus) bruteAll(t *testing.T) []*tEvent {
+	t.Helper()
+	var all []*tEvent
+	err := c.store.ForEachValid(func(id [32]byte, raw []byte) error {
+		e := new(tEvent)
+		if err := json.Unmarshal(raw, e); err != nil {
+			return err
+		}
+		all = append(all, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(all, func(a, b *tEvent) int {
+		if a.CreatedAt != b.CreatedAt {
+			return int(b.CreatedAt - a.CreatedAt)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return all
+}
+
+// randomFilter draws a filter mostly from values present in the corpus.
+func (c *corpus) randomFilter(r *rand.Rand) tFilter {
+	var f tFilter
+	pick := func(n int, from func() string) []string {
+		out := make([]string, 0, n)
+		for range n {
+			out = append(out, from())
+		}
+		return out
+	}
+	event := func() *tEvent { return c.all[r.IntN(len(c.all))] }
+	absent := func() string { return hex.EncodeToString(binary32(r)) }
+	if r.IntN(6) == 0 {
+		f.IDs = pick(r.IntN(5), func() string {
+			switch r.IntN(6) {
+			case 0:
+				return absent()
+			case 1:
+				return c.invalid[r.IntN(len(c.invalid))]
+			}
+			return event().ID
+		})
+	}
+	if r.IntN(3) == 0 {
+		f.Authors = pick(r.IntN(4), func() string {
+			if r.IntN(8) == 0 {
+				return absent()
+			}
+			return c.authors[r.IntN(len(c.authors))]
+		})
+	}
+	if r.IntN(3) == 0 {
+		for range 1 + r.IntN(3) {
+			f.Kinds = append(f.Kinds, c.kinds[r.IntN(len(c.kinds))])
+		}
+		if r.IntN(10) == 0 {
+			f.Kinds = append(f.Kinds, 4242) // absent
+		}
+	}
+	if r.IntN(3) == 0 {
+		f.Tags = map[string][]string{}
+		letters := make([]string, 0, len(c.tags))
+		for l := range c.tags {
+			letters = append(letters, l)
+		}
+		slices.Sort(letters)
+		for range 1 + r.IntN(2) {
+			l := letters[r.IntN(len(letters))]
+			vals := c.tags[l]
+			f.Tags[l] = pick(1+r.IntN(3), func() string { return vals[r.IntN(len(vals))] })
+		}
+	}
+	if r.IntN(2) == 0 {
+		v := c.times[r.IntN(len(c.times))] - int64(r.IntN(3))
+		f.Since = &v
+	}
+	if r.IntN(2) == 0 {
+		v := c.times[r.IntN(len(c.times))] + int64(r.IntN(3))
+		f.Until = &v
+	}
+	if r.IntN(2) == 0 {
+		v := r.IntN(40)
+		f.Limit = &v
+	}
+	return f
+}
+
+func binary32(r *rand.Rand) []byte {
+	b := make([]byte, 32)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// query runs filters (a JSON array) through Parse and Query, returning
+// the ids in the order Query gave them.
+func query(t *testing.T, s *rawstore.Store, fs []tFilter) ([]string, error) {
+	t.Helper()
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = f.JSON()
+	}
+	js := "[" + strings.Join(parts, ",") + "]"
+	pf, err := filter.Parse([]byte(js))
+	if err != nil {
+		t.Fatalf("parse %s: %v", js, err)
+	}
+	var out []string
+	err = s.Query(pf, func(e *event.Event, raw []byte) error {
+		out = append(out, hex.EncodeToString(e.ID[:]))
+		return nil
+	})
+	return out, err
+}
+
+// checkFilters compares Query with the brute-force scan on n random
+// filter sets (one to three filters each).
+func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range n {
+		fs := []tFilter{c.randomFilter(r)}
+		if r.IntN(4) == 0 {
+			fs = append(fs, c.randomFilter(r), c.randomFilter(r))
+		}
+		got, err := query(t, c.store, fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := brute(c.all, fs)
+		if !slices.Equal(got, want) {
+			parts := []string{}
+			for _, f := range fs {
+				parts = append(parts, f.JSON())
+			}
+			t.Fatalf("filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, strings.Join(parts, ","), len(got), got, len(want), want)
+		}
+		if len(want) > 0 {
+			nonEmpty++
+		}
+	}
+	return nonEmpty
+}
+
+func TestQueryMatchesBruteForce(t *testing.T) {
+	c := newCorpus(t)
+	if ne := c.checkFilters(t, 1, 300); ne < 100 {
+		t.Fatalf("only %d of 300 random filter sets matched anything: the test proves little", ne)
+	}
+
+	// Targeted cases the random draw may miss.
+	s := func(v int64) *int64 { return &v }
+	lim := func(v int) *int { return &v }
+	for _, fs := range [][]tFilter{
+		{{}}, // everything
+		{{Limit: lim(7)}},
+		{{Kinds: []int{0}}, {Kinds: []int{30000}, Tags: map[string][]string{"d": {"list"}}}}, // every version of replaceables
+		{{Kinds: []int{5}}},
+		{{Tags: map[string][]string{"t": {strings.Repeat("L", rawstore.MaxIndexedTagValue+1)}}}}, // not indexed: answered from another index
+		{{Tags: map[string][]string{"T": {"Upper"}}}},
+		{{Tags: map[string][]string{"t": {"tie"}}, Limit: lim(3)}}, // ties: lowest ids first
+		{{Since: s(c.fix.WallAt), Until: s(c.fix.WallAt), Limit: lim(50)}},
+		{{Since: s(c.fix.TagWallAt), Until: s(c.fix.TagWallAt), Tags: map[string][]string{"t": {"tagwall0", "tagwall1"}}}},
+		{{Authors: []string{}}}, // empty list: nothing
+		{{Since: s(10), Until: s(5)}},
+		{{IDs: c.invalid}},
+	} {
+		got, err := query(t, c.store, fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := brute(c.all, fs); !slices.Equal(got, want) {
+			t.Fatalf("%s: index %v, brute %v", fs[0].JSON(), got, want)
+		}
+	}
+	all, _ := query(t, c.store, []tFilter{{}})
+	if len(all) != len(c.all) {
+		t.Fatalf("the empty filter returned %d of %d valid events", len(all), len(c.all))
+	}
+	if n := len(brute(c.all, []tFilter{{Kinds: []int{0}, Authors: []string{c.all[0].PubKey}}})); n == 0 {
+		t.Log("no kind 0 by the newest author") // informative only
+	}
+}
+
+func TestQueryNeverReturnsInvalid(t *testing.T) {
+	c := newCorpus(t)
+	got, err := query(t, c.store, []tFilter{{IDs: c.invalid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("invalid ids returned: %v", got)
+	}
+	// A forged copy shares a valid event's id: Query returns the valid
+	// bytes, never the forgery's.
+	for _, bad := range c.fix.Bad {
+		var id [32]byte
+		if event.DecodeHex32(&id, []byte(bad.ID)) != nil {
+			continue
+		}
+		line, ok := c.fix.Lookup(id)
+		if !ok {
+			continue
+		}
+		pf, _ := filter.Parse([]byte(`{"ids":["` + bad.ID + `"]}`))
+		n := 0
+		err := c.store.Query(pf, func(e *event.Event, raw []byte) error {
+			n++
+			if got := event.AppendJSON(nil, e); !bytes.Equal(got, line) {
+				return fmt.Errorf("id %s: got %s, the valid event is %s", bad.ID, got, line)
+			}
+			return nil
+		})
+		if err != nil || n != 1 {
+			t.Fatalf("id %s: %d results, %v", bad.ID, n, err)
+		}
+	}
+}
+
+func TestQueryAfterResetAndBuild(t *testing.T) {
+	c := newCorpus(t)
+	// reprocess --all: the indexes go with the verdicts and come back
+	// with them.
+	if _, err := c.store.ResetVerdicts(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := query(t, c.store, []tFilter{{}}); err != nil || len(got) != 0 {
+		t.Fatalf("after reset, before verifying: %d events, %v", len(got), err)
+	}
+	c.drain(t)
+	c.checkFilters(t, 2, 80)
+
+	// An archive from before the indexes: Query refuses until they are
+	// built; an interrupted build resumes.
+	if err := c.store.DropIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := query(t, c.store, []tFilter{{}}); !errors.Is(err, rawstore.ErrNotIndexed) {
+		t.Fatalf("query without indexes: %v, want ErrNotIndexed", err)
+	}
+	defer rawstore.SetIndexBuildBatch(2000)()
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := c.store.BuildIndexes(ctx, func(int64) { cancel() })
+	if !errors.Is(err, context.Canceled) || first == 0 || first >= int64(len(c.all)) {
+		t.Fatalf("interrupted build: %d of %d indexed, %v", first, len(c.all), err)
+	}
+	if ready, _ := c.store.IndexesReady(); ready {
+		t.Fatal("an interrupted build marked the indexes complete")
+	}
+	rest, err := c.store.BuildIndexes(context.Background(), nil)
+	if err != nil || first+rest != int64(len(c.all)) {
+		t.Fatalf("resumed build: %d + %d of %d, %v", first, rest, len(c.all), err)
+	}
+	c.checkFilters(t, 3, 80)
+}
