@@ -15,107 +15,11 @@ import (
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/filter"
+	"github.com/nostr-archiver/archiver/filter/filtertest"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
-
-// tEvent is an event as the brute-force matcher sees it: decoded with
-// encoding/json, independently of package event and of the indexes.
-type tEvent struct {
-	ID        string     `json:"id"`
-	PubKey    string     `json:"pubkey"`
-	CreatedAt int64      `json:"created_at"`
-	Kind      int        `json:"kind"`
-	Tags      [][]string `json:"tags"`
-}
-
-// tFilter is a filter as the test builds it; its JSON is what Parse reads.
-type tFilter struct {
-	IDs     []string
-	Authors []string
-	Kinds   []int
-	Tags    map[string][]string
-	Since   *int64
-	Until   *int64
-	Limit   *int
-}
-
-func (f tFilter) JSON() string {
-	m := map[string]any{}
-	if f.IDs != nil {
-		m["ids"] = f.IDs
-	}
-	if f.Authors != nil {
-		m["authors"] = f.Authors
-	}
-	if f.Kinds != nil {
-		m["kinds"] = f.Kinds
-	}
-	for k, v := range f.Tags {
-		m["#"+k] = v
-	}
-	if f.Since != nil {
-		m["since"] = *f.Since
-	}
-	if f.Until != nil {
-		m["until"] = *f.Until
-	}
-	if f.Limit != nil {
-		m["limit"] = *f.Limit
-	}
-	b, _ := json.Marshal(m)
-	return string(b)
-}
-
-// matches is NIP-01: every present field must match; an empty list
-// matches nothing.
-func (f tFilter) matches(e *tEvent) bool {
-	if f.IDs != nil && !slices.Contains(f.IDs, e.ID) ||
-		f.Authors != nil && !slices.Contains(f.Authors, e.PubKey) ||
-		f.Kinds != nil && !slices.Contains(f.Kinds, e.Kind) ||
-		f.Since != nil && e.CreatedAt < *f.Since ||
-		f.Until != nil && e.CreatedAt > *f.Until {
-		return false
-	}
-	for name, vals := range f.Tags {
-		found := false
-		for _, t := range e.Tags {
-			if len(t) >= 2 && t[0] == name && slices.Contains(vals, t[1]) {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// brute answers filters by scanning every event (all sorted newest first,
-// then by id): each filter's limit on its own matches, the union once.
-func brute(all []*tEvent, fs []tFilter) []string {
-	in := map[string]bool{}
-	for _, f := range fs {
-		n := 0
-		for _, e := range all {
-			if f.Limit != nil && n >= *f.Limit {
-				break
-			}
-			if f.matches(e) {
-				in[e.ID] = true
-				n++
-			}
-		}
-	}
-	var out []string
-	for _, e := range all {
-		if in[e.ID] {
-			out = append(out, e.ID)
-		}
-	}
-	return out
-}
 
 // extraEvents are what the generated corpus lacks: several versions of
 // replaceable (0, 10002) and addressable (30000) events of one author, a
@@ -152,7 +56,7 @@ func extraEvents(t *testing.T) [][]byte {
 type corpus struct {
 	store   *rawstore.Store
 	fix     *testrelay.Fixture
-	all     []*tEvent // every valid event, newest first then by id
+	all     []*filtertest.Event // every valid event, newest first then by id
 	authors []string
 	kinds   []int
 	tags    map[string][]string // letter -> values present
@@ -190,7 +94,7 @@ func newCorpus(t *testing.T) *corpus {
 		}
 	}
 	for _, raw := range extraEvents(t) {
-		var e tEvent
+		var e filtertest.Event
 		if err := json.Unmarshal(raw, &e); err != nil {
 			t.Fatal(err)
 		}
@@ -263,12 +167,12 @@ func (c *corpus) drain(t *testing.T) {
 }
 
 // bruteAll reads every valid event by the full scan export uses.
-func (c *corpus) bruteAll(t *testing.T) []*tEvent {
+func (c *corpus) bruteAll(t *testing.T) []*filtertest.Event {
 	t.Helper()
-	var all []*tEvent
+	var all []*filtertest.Event
 	err := c.store.ForEachValid(func(id [32]byte, raw []byte) error {
-		e := new(tEvent)
-		if err := json.Unmarshal(raw, e); err != nil {
+		e, err := filtertest.Decode(raw)
+		if err != nil {
 			return err
 		}
 		all = append(all, e)
@@ -277,18 +181,13 @@ func (c *corpus) bruteAll(t *testing.T) []*tEvent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(all, func(a, b *tEvent) int {
-		if a.CreatedAt != b.CreatedAt {
-			return int(b.CreatedAt - a.CreatedAt)
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	filtertest.Sort(all)
 	return all
 }
 
 // randomFilter draws a filter mostly from values present in the corpus.
-func (c *corpus) randomFilter(r *rand.Rand) tFilter {
-	var f tFilter
+func (c *corpus) randomFilter(r *rand.Rand) filtertest.Filter {
+	var f filtertest.Filter
 	pick := func(n int, from func() string) []string {
 		out := make([]string, 0, n)
 		for range n {
@@ -296,7 +195,7 @@ func (c *corpus) randomFilter(r *rand.Rand) tFilter {
 		}
 		return out
 	}
-	event := func() *tEvent { return c.all[r.IntN(len(c.all))] }
+	event := func() *filtertest.Event { return c.all[r.IntN(len(c.all))] }
 	absent := func() string { return hex.EncodeToString(binary32(r)) }
 	if r.IntN(6) == 0 {
 		f.IDs = pick(r.IntN(5), func() string {
@@ -363,13 +262,9 @@ func binary32(r *rand.Rand) []byte {
 
 // query runs filters (a JSON array) through Parse and Query, returning
 // the ids in the order Query gave them.
-func query(t *testing.T, s *rawstore.Store, fs []tFilter) ([]string, error) {
+func query(t *testing.T, s *rawstore.Store, fs []filtertest.Filter) ([]string, error) {
 	t.Helper()
-	parts := make([]string, len(fs))
-	for i, f := range fs {
-		parts[i] = f.JSON()
-	}
-	js := "[" + strings.Join(parts, ",") + "]"
+	js := filtertest.JSONArray(fs)
 	pf, err := filter.Parse([]byte(js))
 	if err != nil {
 		t.Fatalf("parse %s: %v", js, err)
@@ -388,7 +283,7 @@ func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty int) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 1))
 	for i := range n {
-		fs := []tFilter{c.randomFilter(r)}
+		fs := []filtertest.Filter{c.randomFilter(r)}
 		if r.IntN(4) == 0 {
 			fs = append(fs, c.randomFilter(r), c.randomFilter(r))
 		}
@@ -396,13 +291,9 @@ func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := brute(c.all, fs)
+		want := filtertest.Brute(c.all, fs)
 		if !slices.Equal(got, want) {
-			parts := []string{}
-			for _, f := range fs {
-				parts = append(parts, f.JSON())
-			}
-			t.Fatalf("filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, strings.Join(parts, ","), len(got), got, len(want), want)
+			t.Fatalf("filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, filtertest.JSONArray(fs), len(got), got, len(want), want)
 		}
 		if len(want) > 0 {
 			nonEmpty++
@@ -428,7 +319,7 @@ func (c *corpus) testBruteForce(t *testing.T) {
 	// Targeted cases the random draw may miss.
 	s := func(v int64) *int64 { return &v }
 	lim := func(v int) *int { return &v }
-	for _, fs := range [][]tFilter{
+	for _, fs := range [][]filtertest.Filter{
 		{{}}, // everything
 		{{Limit: lim(7)}},
 		{{Kinds: []int{0}}, {Kinds: []int{30000}, Tags: map[string][]string{"d": {"list"}}}}, // every version of replaceables
@@ -446,21 +337,21 @@ func (c *corpus) testBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := brute(c.all, fs); !slices.Equal(got, want) {
+		if want := filtertest.Brute(c.all, fs); !slices.Equal(got, want) {
 			t.Fatalf("%s: index %v, brute %v", fs[0].JSON(), got, want)
 		}
 	}
-	all, _ := query(t, c.store, []tFilter{{}})
+	all, _ := query(t, c.store, []filtertest.Filter{{}})
 	if len(all) != len(c.all) {
 		t.Fatalf("the empty filter returned %d of %d valid events", len(all), len(c.all))
 	}
-	if n := len(brute(c.all, []tFilter{{Kinds: []int{0}, Authors: []string{c.all[0].PubKey}}})); n == 0 {
+	if n := len(filtertest.Brute(c.all, []filtertest.Filter{{Kinds: []int{0}, Authors: []string{c.all[0].PubKey}}})); n == 0 {
 		t.Log("no kind 0 by the newest author") // informative only
 	}
 }
 
 func (c *corpus) testNeverInvalid(t *testing.T) {
-	got, err := query(t, c.store, []tFilter{{IDs: c.invalid}})
+	got, err := query(t, c.store, []filtertest.Filter{{IDs: c.invalid}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +390,7 @@ func (c *corpus) testResetAndBuild(t *testing.T) {
 	if _, err := c.store.ResetVerdicts(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := query(t, c.store, []tFilter{{}}); err != nil || len(got) != 0 {
+	if got, err := query(t, c.store, []filtertest.Filter{{}}); err != nil || len(got) != 0 {
 		t.Fatalf("after reset, before verifying: %d events, %v", len(got), err)
 	}
 	c.drain(t)
@@ -510,7 +401,7 @@ func (c *corpus) testResetAndBuild(t *testing.T) {
 	if err := c.store.DropIndexes(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := query(t, c.store, []tFilter{{}}); !errors.Is(err, rawstore.ErrNotIndexed) {
+	if _, err := query(t, c.store, []filtertest.Filter{{}}); !errors.Is(err, rawstore.ErrNotIndexed) {
 		t.Fatalf("query without indexes: %v, want ErrNotIndexed", err)
 	}
 	defer rawstore.SetIndexBuildBatch(2000)()
