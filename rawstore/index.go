@@ -26,12 +26,22 @@ const (
 	idxKind   = 'k' // I|k|kind(2)|^created_at|id
 	idxAuthor = 'a' // I|a|pubkey(32)|^created_at|id
 	idxTag    = 't' // I|t|letter|len(1)|value|^created_at|id
+	// I|p|pubkey(32)|kind(2)|^created_at|id: "kind K by these authors"
+	// (profiles, contact and relay lists: the commonest REQ) reads only
+	// what it returns instead of every event of the authors.
+	idxAuthorKind = 'p'
 )
 
 // MaxIndexedTagValue is the longest tag value indexed: longer values
 // (rare, never ids or keys) are not, and a filter asking for one is
 // answered from another index, checking the tag on each candidate.
-const MaxIndexedTagValue = 255
+const MaxIndexedTagValue = 254
+
+// hexTagLen, in a tag key's length byte, says the value was 64 lowercase
+// hex characters (an e or p tag: most tags) stored as its 32 bytes,
+// which halves those keys (100k-event benchmark: indexes 434 -> 352 B
+// per event on disk).
+const hexTagLen = 255
 
 // indexSuffixLen is ^created_at|id, the tail of every index key.
 const indexSuffixLen = 8 + idLen
@@ -60,14 +70,23 @@ func authorIndexPrefix(pk *[32]byte) []byte {
 	return append([]byte{prefixIndex, idxAuthor}, pk[:]...)
 }
 
+func authorKindIndexPrefix(pk *[32]byte, kind int) []byte {
+	k := append([]byte{prefixIndex, idxAuthorKind}, pk[:]...)
+	return binary.BigEndian.AppendUint16(k, uint16(kind))
+}
+
 // tagIndexPrefix returns nil for a value too long to be indexed.
 func tagIndexPrefix(letter byte, value string) []byte {
-	if len(value) > MaxIndexedTagValue {
+	k := make([]byte, 0, 4+min(len(value), MaxIndexedTagValue))
+	k = append(k, prefixIndex, idxTag, letter)
+	var raw [32]byte
+	switch {
+	case len(value) == 64 && event.DecodeHex32(&raw, []byte(value)) == nil:
+		return append(append(k, hexTagLen), raw[:]...)
+	case len(value) > MaxIndexedTagValue:
 		return nil
 	}
-	k := make([]byte, 0, 4+len(value))
-	k = append(k, prefixIndex, idxTag, letter, byte(len(value)))
-	return append(k, value...)
+	return append(append(k, byte(len(value))), value...)
 }
 
 // indexEvent adds e's index entries to b.
@@ -76,6 +95,7 @@ func indexEvent(b *pebble.Batch, e *event.Event) {
 	set(timeIndexPrefix())
 	set(kindIndexPrefix(e.Kind))
 	set(authorIndexPrefix(&e.PubKey))
+	set(authorKindIndexPrefix(&e.PubKey, e.Kind))
 	for _, t := range e.Tags {
 		if len(t) >= 2 && len(t[0]) == 1 && isTagLetter(t[0][0]) {
 			if p := tagIndexPrefix(t[0][0], t[1]); p != nil {

@@ -20,7 +20,8 @@ var ErrNotIndexed = errors.New("the archive has no indexes yet")
 // Query calls fn with every valid event matching any of fs, each once,
 // newest first and, within a second, by id ascending; each filter's Limit
 // bounds its own matches, as in a NIP-01 REQ. Each filter reads one index
-// (ids, else authors, else a tag, else kinds, else created_at) over its
+// (ids, else authors with kinds, else authors, else a tag, else kinds,
+// else created_at) over its
 // since..until range and checks the rest of the filter on each candidate.
 // Every version of a replaceable or addressable event is archived and
 // returned (no latest-only); deletions (kind 5) are events like others.
@@ -94,6 +95,12 @@ func (q *query) plan(f *filter.Filter) (keyStream, error) {
 	}
 	var prefixes [][]byte
 	switch letter, ok := tagToRead(f); {
+	case f.Authors != nil && f.Kinds != nil && len(f.Authors)*len(f.Kinds) <= maxRanges:
+		for i := range f.Authors {
+			for _, k := range f.Kinds {
+				prefixes = append(prefixes, authorKindIndexPrefix(&f.Authors[i], k))
+			}
+		}
 	case f.Authors != nil:
 		for i := range f.Authors {
 			prefixes = append(prefixes, authorIndexPrefix(&f.Authors[i]))
@@ -126,6 +133,10 @@ func (q *query) plan(f *filter.Filter) (keyStream, error) {
 	}
 	return newMerge(streams), nil
 }
+
+// maxRanges bounds the (author, kind) ranges one filter reads at once,
+// each an open iterator; past it the author index is read instead.
+const maxRanges = 1024
 
 // tagToRead picks the tag letter with the fewest values whose values are
 // all indexed.
