@@ -29,6 +29,20 @@ var ErrNotIndexed = errors.New("the archive has no indexes yet")
 // e and raw are valid only during the callback. A damaged record is
 // skipped; the error returned at the end is then a *DamageError.
 func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
+	return s.query(&query{s: s}, fs, fn)
+}
+
+// QueryLatest is Query over the latest version of each replaceable (0, 3,
+// 10000-19999: per author and kind) and addressable (30000-39999: per
+// author, kind and first d tag) event, as a relay that keeps only those
+// would answer: an older version never matches, even when the latest is
+// outside the filter. Of versions of the same second, the lowest id is
+// the latest (NIP-01).
+func (s *Store) QueryLatest(fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
+	return s.query(&query{s: s, latest: true}, fs, fn)
+}
+
+func (s *Store) query(q *query, fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
 	ready, err := s.IndexesReady()
 	if err != nil {
 		return err
@@ -36,7 +50,6 @@ func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) er
 	if !ready {
 		return ErrNotIndexed
 	}
-	q := &query{s: s}
 	var streams []keyStream
 	defer func() {
 		for _, st := range streams {
@@ -74,6 +87,7 @@ func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) er
 
 type query struct {
 	s      *Store
+	latest bool // see QueryLatest
 	damage damageLog
 }
 
@@ -288,12 +302,11 @@ func (m *matchStream) next() error {
 		return nil
 	}
 	for k := m.in.head(); k != nil; k = m.in.head() {
-		e, raw, err := m.q.load(k[8:])
+		ok, err := m.take(k)
 		if err != nil {
 			return err
 		}
-		if e != nil && m.f.Match(e) {
-			m.cur, m.ev, m.raw = append(m.cur[:0], k...), e, raw
+		if ok {
 			if m.left > 0 {
 				m.left--
 			}
@@ -304,6 +317,21 @@ func (m *matchStream) next() error {
 		}
 	}
 	return nil
+}
+
+// take makes the candidate k current if it is valid and matches.
+func (m *matchStream) take(k []byte) (bool, error) {
+	e, raw, err := m.q.load(k[8:])
+	if err != nil || e == nil || !m.f.Match(e) {
+		return false, err
+	}
+	if m.q.latest {
+		if newer, err := m.q.superseded(e, k); err != nil || newer {
+			return false, err
+		}
+	}
+	m.cur, m.ev, m.raw = append(m.cur[:0], k...), e, raw
+	return true, nil
 }
 
 func (m *matchStream) close() { m.in.close() }
@@ -368,4 +396,61 @@ func (h *streamHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// superseded reports whether a newer version of the replaceable or
+// addressable event e (index suffix k) is archived and valid. It reads the
+// index entries ordered before k (newer, or as old with a lower id): of
+// the author's kind for a replaceable event; for an addressable one, of
+// its d value (few events share one), else of the author's kind.
+func (q *query) superseded(e *event.Event, k []byte) (bool, error) {
+	addressable := 30000 <= e.Kind && e.Kind < 40000
+	if !(e.Kind == 0 || e.Kind == 3 || 10000 <= e.Kind && e.Kind < 20000 || addressable) {
+		return false, nil
+	}
+	var d string
+	if addressable {
+		d = dTag(e.Tags)
+	}
+	p := authorKindIndexPrefix(&e.PubKey, e.Kind)
+	if addressable && d != "" {
+		if tp := tagIndexPrefix('d', d); tp != nil {
+			p = tp
+		}
+	}
+	it, err := q.s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: append(slices.Clip(p), k...)})
+	if err != nil {
+		return false, fmt.Errorf("rawstore: query: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		nk := it.Key()
+		if len(nk) != len(p)+indexSuffixLen {
+			continue
+		}
+		if !addressable {
+			return true, nil // the index holds valid events only
+		}
+		o, _, err := q.load(nk[len(p)+8:])
+		if err != nil {
+			return false, err
+		}
+		if o != nil && o.PubKey == e.PubKey && o.Kind == e.Kind && dTag(o.Tags) == d {
+			return true, nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return false, fmt.Errorf("rawstore: query: read index: %w", err)
+	}
+	return false, nil
+}
+
+// dTag is an addressable event's identifier: its first d tag's value.
+func dTag(tags [][]string) string {
+	for _, t := range tags {
+		if len(t) >= 2 && t[0] == "d" {
+			return t[1]
+		}
+	}
+	return ""
 }

@@ -43,6 +43,9 @@ func extraEvents(t *testing.T) [][]byte {
 		add(0, 1_699_000_000+int64(i))
 		add(10002, 1_699_000_100+int64(i), []string{"r", "wss://r.example"})
 		add(30000, 1_699_000_200+int64(i), []string{"d", "list"}, []string{"p", "same"})
+		add(30000, 1_699_000_200+int64(i), []string{"d", fmt.Sprint("other", i%2)})
+		add(30001, 1_699_000_210+int64(i)) // no d tag: d is ""
+		add(3, 1_699_000_220)              // versions of one second: the lowest id is the latest
 	}
 	add(5, 1_699_000_300, []string{"e", "deleted"}, []string{"k", "1"})
 	add(1, 1_699_000_400, []string{"t", long}, []string{"t", "short"})
@@ -57,6 +60,7 @@ type corpus struct {
 	store   *rawstore.Store
 	fix     *testrelay.Fixture
 	all     []*filtertest.Event // every valid event, newest first then by id
+	latest  []*filtertest.Event // all but superseded replaceable and addressable versions
 	authors []string
 	kinds   []int
 	tags    map[string][]string // letter -> values present
@@ -106,6 +110,10 @@ func newCorpus(t *testing.T) *corpus {
 	c := &corpus{store: s, fix: fix}
 	c.drain(t)
 	c.all = c.bruteAll(t)
+	c.latest = filtertest.Latest(c.all)
+	if len(c.all)-len(c.latest) < 20 {
+		t.Fatalf("only %d superseded versions", len(c.all)-len(c.latest))
+	}
 	if len(c.all) < len(fix.Valid) {
 		t.Fatalf("%d valid events, the fixture has %d", len(c.all), len(fix.Valid))
 	}
@@ -263,6 +271,10 @@ func binary32(r *rand.Rand) []byte {
 // query runs filters (a JSON array) through Parse and Query, returning
 // the ids in the order Query gave them.
 func query(t *testing.T, s *rawstore.Store, fs []filtertest.Filter) ([]string, error) {
+	return queryWith(t, s.Query, fs)
+}
+
+func queryWith(t *testing.T, q func([]filter.Filter, func(*event.Event, []byte) error) error, fs []filtertest.Filter) ([]string, error) {
 	t.Helper()
 	js := filtertest.JSONArray(fs)
 	pf, err := filter.Parse([]byte(js))
@@ -270,7 +282,7 @@ func query(t *testing.T, s *rawstore.Store, fs []filtertest.Filter) ([]string, e
 		t.Fatalf("parse %s: %v", js, err)
 	}
 	var out []string
-	err = s.Query(pf, func(e *event.Event, raw []byte) error {
+	err = q(pf, func(e *event.Event, raw []byte) error {
 		out = append(out, hex.EncodeToString(e.ID[:]))
 		return nil
 	})
@@ -279,7 +291,7 @@ func query(t *testing.T, s *rawstore.Store, fs []filtertest.Filter) ([]string, e
 
 // checkFilters compares Query with the brute-force scan on n random
 // filter sets (one to three filters each).
-func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty int) {
+func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty, latestDiffers int) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 1))
 	for i := range n {
@@ -295,11 +307,21 @@ func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty int) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, filtertest.JSONArray(fs), len(got), got, len(want), want)
 		}
+		if got, err = queryWith(t, c.store.QueryLatest, fs); err != nil {
+			t.Fatal(err)
+		}
+		latest := filtertest.Brute(c.latest, fs)
+		if !slices.Equal(got, latest) {
+			t.Fatalf("latest only, filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, filtertest.JSONArray(fs), len(got), got, len(latest), latest)
+		}
+		if !slices.Equal(latest, want) {
+			latestDiffers++
+		}
 		if len(want) > 0 {
 			nonEmpty++
 		}
 	}
-	return nonEmpty
+	return nonEmpty, latestDiffers
 }
 
 // TestQueryIndexes runs on one corpus (signing and verifying it is most
@@ -312,8 +334,8 @@ func TestQueryIndexes(t *testing.T) {
 }
 
 func (c *corpus) testBruteForce(t *testing.T) {
-	if ne := c.checkFilters(t, 1, 200); ne < 70 {
-		t.Fatalf("only %d of 200 random filter sets matched anything: the test proves little", ne)
+	if ne, ld := c.checkFilters(t, 1, 200); ne < 70 || ld < 10 {
+		t.Fatalf("of 200 random filter sets, only %d matched anything and %d differ when latest-only: the test proves little", ne, ld)
 	}
 
 	// Targeted cases the random draw may miss.
@@ -339,6 +361,12 @@ func (c *corpus) testBruteForce(t *testing.T) {
 		}
 		if want := filtertest.Brute(c.all, fs); !slices.Equal(got, want) {
 			t.Fatalf("%s: index %v, brute %v", fs[0].JSON(), got, want)
+		}
+		if got, err = queryWith(t, c.store.QueryLatest, fs); err != nil {
+			t.Fatal(err)
+		}
+		if want := filtertest.Brute(c.latest, fs); !slices.Equal(got, want) {
+			t.Fatalf("latest only, %s: index %v, brute %v", fs[0].JSON(), got, want)
 		}
 	}
 	all, _ := query(t, c.store, []filtertest.Filter{{}})

@@ -6,6 +6,7 @@ package filtertest
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -126,6 +127,39 @@ func Brute(all []*Event, fs []Filter) []string {
 		if in[e.ID] {
 			out = append(out, e.ID)
 		}
+	}
+	return out
+}
+
+// Latest keeps, of all (in Sort order), the latest version of each
+// replaceable (0, 3, 10000-19999: per author and kind) and addressable
+// (30000-39999: per author, kind and first d value) event, and every
+// other event.
+func Latest(all []*Event) []*Event {
+	seen := map[string]bool{}
+	var out []*Event
+	for _, e := range all {
+		var key string
+		switch {
+		case e.Kind == 0 || e.Kind == 3 || 10000 <= e.Kind && e.Kind < 20000:
+			key = fmt.Sprint(e.PubKey, e.Kind)
+		case 30000 <= e.Kind && e.Kind < 40000:
+			d := ""
+			for _, t := range e.Tags {
+				if len(t) >= 2 && t[0] == "d" {
+					d = t[1]
+					break
+				}
+			}
+			key = fmt.Sprintf("%s %d %q", e.PubKey, e.Kind, d)
+		}
+		if key != "" {
+			if seen[key] {
+				continue // Sort order: the first seen is the newest, lowest id
+			}
+			seen[key] = true
+		}
+		out = append(out, e)
 	}
 	return out
 }
