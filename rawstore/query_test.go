@@ -46,7 +46,12 @@ func extraEvents(t *testing.T) [][]byte {
 		add(30000, 1_699_000_200+int64(i), []string{"d", fmt.Sprint("other", i%2)})
 		add(30001, 1_699_000_210+int64(i)) // no d tag: d is ""
 		add(3, 1_699_000_220)              // versions of one second: the lowest id is the latest
+		add(30002, 1_699_000_230+int64(i), []string{"d", long})
 	}
+	// Newer events of the same author and kind under another d: not newer
+	// versions of the above.
+	add(30001, 1_699_000_300, []string{"d", "y"})
+	add(30002, 1_699_000_300, []string{"d", "x"})
 	add(5, 1_699_000_300, []string{"e", "deleted"}, []string{"k", "1"})
 	add(1, 1_699_000_400, []string{"t", long}, []string{"t", "short"})
 	add(1, 1_699_000_401, []string{"T", "Upper"}, []string{"t", "short"})
