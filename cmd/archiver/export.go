@@ -23,6 +23,7 @@ func runExport(args []string) int {
 		filters, err = filter.Parse([]byte(v))
 		return err
 	})
+	latest := fs.Bool("latest", false, "with --filter: only the latest version of each replaceable and addressable event (as a relay keeping only those would answer)")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
 	if store == nil {
@@ -39,8 +40,15 @@ func runExport(args []string) int {
 		defer f.Close()
 		w = f
 	}
+	if *latest && filters == nil {
+		return usageError("export", errors.New("--latest needs --filter (use --filter '{}' for every event)"))
+	}
 	if filters != nil {
-		return exportFiltered(c.data, store, filters, w)
+		query := store.Query
+		if *latest {
+			query = store.QueryLatest
+		}
+		return exportFiltered(c.data, query, store, filters, w)
 	}
 	n, err := export(store, w)
 	if errors.Is(err, rawstore.ErrCorrupt) {
@@ -87,11 +95,11 @@ func export(src validSource, w io.Writer) (int, error) {
 
 // exportFiltered writes the valid events matching filters, newest first,
 // reading only the index ranges they select (rawstore.Store.Query).
-func exportFiltered(data string, store *rawstore.Store, filters []filter.Filter, w io.Writer) int {
+func exportFiltered(data string, query func([]filter.Filter, func(*event.Event, []byte) error) error, store *rawstore.Store, filters []filter.Filter, w io.Writer) int {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	n := 0
 	var line []byte
-	err := store.Query(filters, func(e *event.Event, _ []byte) error {
+	err := query(filters, func(e *event.Event, _ []byte) error {
 		line = append(event.AppendJSON(line[:0], e), '\n')
 		n++
 		_, err := bw.Write(line)

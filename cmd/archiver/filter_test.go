@@ -89,6 +89,21 @@ func TestExportFilter(t *testing.T) {
 		}
 	}
 	check("after import")
+	// --latest: one version per replaceable author+kind and addressable
+	// author+kind+d.
+	latestFilter := filtertest.Filter{Kinds: []int{0, 3, 30023}}
+	code, out, stderr, _ := run(t, dir, "export", "--data", data, "--latest", "--filter", latestFilter.JSON())
+	var want []byte
+	latest := filtertest.Brute(filtertest.Latest(all), []filtertest.Filter{latestFilter})
+	for _, id := range latest {
+		want = append(append(want, lines[id]...), '\n')
+	}
+	if every := filtertest.Brute(all, []filtertest.Filter{latestFilter}); len(latest) == 0 || len(latest) == len(every) {
+		t.Fatalf("latest %d of %d versions: the case proves nothing", len(latest), len(every))
+	}
+	if code != 0 || out != string(want) {
+		t.Fatalf("export --latest: exit %d, %d lines, want %d\n%s", code, strings.Count(out, "\n"), len(latest), stderr)
+	}
 	if code, _, stderr, _ := run(t, dir, "reprocess", "--data", data, "--index"); code != 0 || !strings.Contains(stderr, "indexed 0 valid events") {
 		t.Fatalf("reprocess --index on an indexed archive: exit %d, want nothing to do\n%s", code, stderr)
 	}
@@ -106,8 +121,13 @@ func TestExportFilter(t *testing.T) {
 		{`{"#ee":["x"]}`, "unknown field"},
 		{`[]`, "empty array of filters"},
 		{`"x"`, "not a JSON object"},
+		{"", "--latest needs --filter"},
 	} {
-		code, out, stderr, _ := run(t, dir, "export", "--data", data, "--filter", c.filter)
+		args := []string{"export", "--data", data, "--filter", c.filter}
+		if c.filter == "" {
+			args = []string{"export", "--data", data, "--latest"}
+		}
+		code, out, stderr, _ := run(t, dir, args...)
 		if code != 2 || out != "" || !strings.Contains(stderr, c.reason) {
 			t.Errorf("export --filter %s: exit %d, %d bytes out, want exit 2 saying %q:\n%s", c.filter, code, len(out), c.reason, stderr)
 		}
