@@ -179,6 +179,10 @@ func timestamp(v json.RawMessage) (int64, error) { return integer(v, MaxUntil) }
 
 // integer reads a non-negative JSON integer no greater than max.
 func integer(v json.RawMessage, max int64) (int64, error) {
+	// json.Number would also take a string holding a number.
+	if v = bytes.TrimSpace(v); len(v) == 0 || v[0] == '"' {
+		return 0, errors.New("not an integer")
+	}
 	var n json.Number
 	d := json.NewDecoder(bytes.NewReader(v))
 	d.UseNumber()
