@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/filter"
@@ -71,9 +72,11 @@ func BenchmarkQuery(b *testing.B) {
 			batch = &rawstore.Batch{Relay: relay}
 		}
 	}
+	start := time.Now()
 	if _, err := s.ScanPending(context.Background(), 1000, storetest.AllValid); err != nil {
 		b.Fatal(err)
 	}
+	scan := time.Since(start)
 	db := s.DB()
 	if err := db.Compact(context.Background(), []byte{0}, []byte{0xff}, true); err != nil {
 		b.Fatal(err)
@@ -81,8 +84,8 @@ func BenchmarkQuery(b *testing.B) {
 	idx, _ := db.EstimateDiskUsage([]byte{'I'}, []byte{'J'})
 	tIdx, _ := db.EstimateDiskUsage([]byte{'T'}, []byte{'U'})
 	all, _ := db.EstimateDiskUsage([]byte{0}, []byte{0xff})
-	b.Logf("%d events: indexes %.1f B/event on disk (T id index %.1f, whole archive %.0f)",
-		n, float64(idx)/n, float64(tIdx)/n, float64(all)/n)
+	b.Logf("%d events: indexes %.1f B/event on disk (T id index %.1f, whole archive %.0f); verdicts (and index entries) of all applied in %v",
+		n, float64(idx)/n, float64(tIdx)/n, float64(all)/n, scan.Round(time.Millisecond))
 
 	for _, c := range []struct{ name, filter string }{
 		{"author-limit500", fmt.Sprintf(`{"authors":["%x"],"limit":500}`, authors[20])},

@@ -115,6 +115,7 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
 		}
 	}
+	a.setIndexKeys()
 	for name, d := range a.counters {
 		if d != 0 {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
@@ -124,11 +125,12 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 }
 
 type applier struct {
-	s        *Store
-	b        *pebble.Batch
-	status   map[[32]byte][]byte // V values written in this batch
-	primary  map[[32]byte][]byte // E values written in this batch
-	counters map[string]int64
+	s         *Store
+	b         *pebble.Batch
+	status    map[[32]byte][]byte // V values written in this batch
+	primary   map[[32]byte][]byte // E values written in this batch
+	counters  map[string]int64
+	indexKeys [][]byte // index entries of the events judged valid (see setIndexKeys)
 }
 
 func (a *applier) count(name string, d int64) {
