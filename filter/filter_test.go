@@ -79,7 +79,7 @@ func TestMatch(t *testing.T) {
 		{`{"#e":["w","x"]}`, true},
 		{`{"#e":["x"],"#T":["z"]}`, true},
 		{`{"#e":["x"],"#T":["more"]}`, false}, // only the first value counts
-		{`{"#t":[""]}`, false},                 // a tag without a value matches nothing
+		{`{"#t":[""]}`, false},                // a tag without a value matches nothing
 		{`{"#y":["y"]}`, false},
 	} {
 		fs, err := Parse([]byte(c.f))
