@@ -230,6 +230,10 @@ func Open(opts Options) (_ *Store, err error) {
 			_ = db.Close()
 			return nil, err
 		}
+		if err := s.markIndexesIfEmpty(); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
+		}
 	}
 	if cMallocFree() >= 0 {
 		s.trimStop, s.trimDone = make(chan struct{}), make(chan struct{})

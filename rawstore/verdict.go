@@ -115,6 +115,7 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
 		}
 	}
+	a.setIndexKeys()
 	for name, d := range a.counters {
 		if d != 0 {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
@@ -124,11 +125,12 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 }
 
 type applier struct {
-	s        *Store
-	b        *pebble.Batch
-	status   map[[32]byte][]byte // V values written in this batch
-	primary  map[[32]byte][]byte // E values written in this batch
-	counters map[string]int64
+	s         *Store
+	b         *pebble.Batch
+	status    map[[32]byte][]byte // V values written in this batch
+	primary   map[[32]byte][]byte // E values written in this batch
+	counters  map[string]int64
+	indexKeys [][]byte // index entries of the events judged valid (see setIndexKeys)
 }
 
 func (a *applier) count(name string, d int64) {
@@ -178,6 +180,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.setVerdict(&p.ID, p.Relay, v)
 		a.count(CounterPending, -1)
 		if v.Valid {
+			a.index(&p.ID, p.Raw)
 			a.count(CounterValid, 1)
 		} else {
 			a.count(CounterInvalid, 1)
@@ -213,6 +216,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.primary[p.ID] = nv
 		_ = a.b.Set(eventKey(&p.ID), nv, nil)
 		a.setVerdict(&p.ID, p.Relay, v)
+		a.index(&p.ID, p.Raw)
 		a.count(CounterValid, 1)
 		if cur != nil { // invalid primary
 			a.count(CounterInvalid, -1)
@@ -271,6 +275,12 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	_ = b.DeleteRange([]byte{prefixVerdict}, []byte{prefixVerdict + 1}, nil)
 	_ = b.DeleteRange([]byte{prefixPending}, []byte{prefixPending + 1}, nil)
 	_ = b.Set(unqueuedKey, nil, nil)
+	// No verdict is left to index (but the kept ones below, whose bodies
+	// cannot be read, so no query could return them): the emptied indexes
+	// are complete, and the scan that follows re-fills them.
+	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
+	_ = b.Delete(indexBuildKey, nil)
+	_ = b.Set(indexMarkKey, nil, nil)
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/filter"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
 )
@@ -17,6 +18,12 @@ func runExport(args []string) int {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	c := common{access: accessReadOnly}
 	out := fs.String("out", "-", "output file (- for stdout)")
+	var filters []filter.Filter
+	fs.Func("filter", "export only the events matching this NIP-01 filter (JSON object, or an array of them), newest first, from the indexes", func(v string) (err error) {
+		filters, err = filter.Parse([]byte(v))
+		return err
+	})
+	latest := fs.Bool("latest", false, "with --filter: only the latest version of each replaceable and addressable event (as a relay keeping only those would answer)")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
 	if store == nil {
@@ -32,6 +39,16 @@ func runExport(args []string) int {
 		}
 		defer f.Close()
 		w = f
+	}
+	if *latest && filters == nil {
+		return usageError("export", errors.New("--latest needs --filter (use --filter '{}' for every event)"))
+	}
+	if filters != nil {
+		query := store.Query
+		if *latest {
+			query = store.QueryLatest
+		}
+		return exportFiltered(c.data, query, store, filters, w)
 	}
 	n, err := export(store, w)
 	if errors.Is(err, rawstore.ErrCorrupt) {
@@ -74,4 +91,33 @@ func export(src validSource, w io.Writer) (int, error) {
 		err = ferr
 	}
 	return n, err
+}
+
+// exportFiltered writes the valid events matching filters, newest first,
+// reading only the index ranges they select (rawstore.Store.Query).
+func exportFiltered(data string, query func([]filter.Filter, func(*event.Event, []byte) error) error, store *rawstore.Store, filters []filter.Filter, w io.Writer) int {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	n := 0
+	var line []byte
+	err := query(filters, func(e *event.Event, _ []byte) error {
+		line = append(event.AppendJSON(line[:0], e), '\n')
+		n++
+		_, err := bw.Write(line)
+		return err
+	})
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if errors.Is(err, rawstore.ErrNotIndexed) {
+		return fail("export", fmt.Errorf("%s: %w: run `archiver reprocess --index --data %s` once, then export again", data, err, data))
+	}
+	fmt.Fprintf(os.Stderr, "exported %d valid events matching the filter\n", n)
+	if err != nil {
+		return fail("export", fmt.Errorf("%s: %w", data, err))
+	}
+	if st, err := store.Stats(); err == nil && st.Pending > 0 {
+		// Not an error: what is exported is verified; the rest is not yet.
+		fmt.Fprintf(os.Stderr, "%d stored events are not verified yet and were not considered (archiver reprocess)\n", st.Pending)
+	}
+	return 0
 }

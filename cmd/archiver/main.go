@@ -16,8 +16,8 @@ Usage:
   archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--log-format auto|console|json]
   archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] [--auth-key-file [RELAY_URL=]PATH] RELAY_URL...
   archiver sync      [--data DIR] [--since T] [--until T] RELAY_URL...
-  archiver reprocess [--data DIR] [--all]
-  archiver export    [--data DIR] [--out FILE]
+  archiver reprocess [--data DIR] [--all] [--index]
+  archiver export    [--data DIR] [--out FILE] [--filter NIP01_FILTER_JSON [--latest]]
   archiver import    [--data DIR] [--name NAME] [--no-verify] FILE.jsonl|-
   archiver stats     [--data DIR] [--json]
   archiver check     [--data DIR]

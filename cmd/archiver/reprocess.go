@@ -15,6 +15,7 @@ func runReprocess(args []string) int {
 	fs := flag.NewFlagSet("reprocess", flag.ContinueOnError)
 	c := common{access: accessExisting}
 	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
+	index := fs.Bool("index", false, "build the indexes of an archive from before them (export --filter needs them); resumes an interrupted build")
 	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
@@ -36,6 +37,17 @@ func runReprocess(args []string) int {
 			return 1
 		}
 		log.Info("forgot every verdict", zap.Int64("pending_ids", n))
+	}
+	if *index {
+		start := time.Now()
+		n, err := store.BuildIndexes(ctx, func(n int64) {
+			log.Info("indexing", zap.Int64("valid_events", n), zap.Duration("elapsed", time.Since(start).Round(time.Second)))
+		})
+		if err != nil {
+			log.Error("build indexes (run the same command to resume)", zap.Error(err))
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "indexed %d valid events in %v\n", n, time.Since(start).Round(time.Millisecond))
 	}
 	pool, err := lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
 	if err != nil {

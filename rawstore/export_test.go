@@ -1,0 +1,19 @@
+package rawstore
+
+import "github.com/cockroachdb/pebble/v2"
+
+// DropIndexes makes s look like an archive from before the indexes.
+func (s *Store) DropIndexes() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
+	_ = b.Delete(indexMarkKey, nil)
+	return b.Commit(pebble.Sync)
+}
+
+// SetIndexBuildBatch sets indexBuildBatch, returning a func restoring it.
+func SetIndexBuildBatch(n int) func() {
+	old := indexBuildBatch
+	indexBuildBatch = n
+	return func() { indexBuildBatch = old }
+}
