@@ -17,12 +17,12 @@ import (
 
 // client is a minimal gws client that hands every message to the test.
 type client struct {
-	t      testing.TB
-	conn   *gws.Conn
-	msgs   chan []byte
-	stop   chan struct{}
-	done   chan struct{} // ReadLoop returned
-	closed chan struct{} // the relay ended the connection
+	t       testing.TB
+	conn    *gws.Conn
+	msgs    chan []byte
+	stop    chan struct{}
+	done    chan struct{} // ReadLoop returned
+	closed  chan struct{} // the relay ended the connection
 	reading bool
 }
 
