@@ -31,7 +31,10 @@ type conn struct {
 	jobs     chan job
 	stop     chan struct{}
 	stopOnce sync.Once
-	subs     map[string]*sub // owned by the reader
+	// subs is written by the reader; the writer removes a subscription
+	// it ends with CLOSED, so it does not hold a slot the client thinks free.
+	subsMu sync.Mutex
+	subs   map[string]*sub
 }
 
 // sub is an open subscription. The archive gets no new events while
@@ -138,6 +141,11 @@ func (c *conn) req(j job) error {
 		return err
 	case err != nil:
 		c.s.logErr(fmt.Errorf("serve: REQ %q: %w", j.id, err))
+		c.subsMu.Lock()
+		if c.subs[j.id] == j.sub {
+			delete(c.subs, j.id)
+		}
+		c.subsMu.Unlock()
 		if j.sub.cancelled.Load() {
 			return nil
 		}
@@ -222,10 +230,12 @@ func (c *conn) handle(data []byte) {
 			c.send("NOTICE", "invalid: CLOSE takes a subscription id")
 			return
 		}
+		c.subsMu.Lock()
 		if s := c.subs[id]; s != nil {
 			s.cancelled.Store(true)
 			delete(c.subs, id)
 		}
+		c.subsMu.Unlock()
 	case "EVENT":
 		var e struct {
 			ID string `json:"id"`
@@ -266,13 +276,16 @@ func (c *conn) handleQuery(typ string, msg []json.RawMessage) {
 		c.enqueue(job{count: true, id: id, filters: fs})
 		return
 	}
+	c.subsMu.Lock()
 	if old := c.subs[id]; old != nil {
 		old.cancelled.Store(true) // a REQ reusing an id replaces it
 	} else if len(c.subs) >= c.s.o.MaxSubs {
+		c.subsMu.Unlock()
 		c.send("CLOSED", id, "error: too many subscriptions")
 		return
 	}
 	s := &sub{}
 	c.subs[id] = s
+	c.subsMu.Unlock()
 	c.enqueue(job{sub: s, id: id, filters: fs})
 }

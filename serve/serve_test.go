@@ -31,6 +31,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type archive struct {
 	store *rawstore.Store
 	all   []*filtertest.Event
+	bad   []string // ids archived with no valid copy
 }
 
 func newArchive(t *testing.T) *archive {
@@ -71,6 +72,19 @@ func newArchive(t *testing.T) *archive {
 		t.Fatal(err)
 	}
 	filtertest.Sort(a.all)
+	valid := map[string]bool{}
+	for _, e := range a.all {
+		valid[e.ID] = true
+	}
+	for _, bad := range fix.Bad {
+		var id [32]byte
+		if event.DecodeHex32(&id, []byte(bad.ID)) == nil && !valid[bad.ID] && !slices.Contains(a.bad, bad.ID) {
+			a.bad = append(a.bad, bad.ID)
+		}
+	}
+	if len(a.bad) == 0 {
+		t.Fatal("the fixture has no invalid ids")
+	}
 	if len(a.all) != len(fix.Valid) {
 		t.Fatalf("%d valid events archived, the fixture has %d", len(a.all), len(fix.Valid))
 	}
@@ -196,6 +210,7 @@ func TestREQMatchesBrute(t *testing.T) {
 		{"since until", []filtertest.Filter{{Since: ptr(mid.CreatedAt - 3600), Until: ptr(mid.CreatedAt)}}, maxLimit},
 		{"two filters, union once", []filtertest.Filter{{Kinds: []int{1}, Limit: ptr(20)}, {Authors: []string{mid.PubKey}, Limit: ptr(20)}}, 0},
 		{"empty list matches nothing", []filtertest.Filter{{Kinds: []int{}}}, maxLimit},
+		{"invalid events are never served", []filtertest.Filter{{IDs: a.bad}}, maxLimit},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,6 +228,9 @@ func TestREQMatchesBrute(t *testing.T) {
 				t.Fatalf("ended with %s", p.end.raw)
 			}
 			want := filtertest.Brute(a.all, tt.fs)
+			if len(want) == 0 != strings.HasPrefix(tt.name, "empty") && !strings.HasPrefix(tt.name, "invalid") {
+				t.Fatalf("the fixture gives this case %d events", len(want))
+			}
 			if !slices.Equal(p.ids, want) {
 				t.Fatalf("got %d events, brute force %d:\n got %v\nwant %v", len(p.ids), len(want), p.ids, want)
 			}
