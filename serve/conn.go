@@ -22,6 +22,7 @@ var (
 	errCancelled = errors.New("subscription closed")
 	errStopped   = errors.New("connection stopped")
 	errCountCap  = errors.New("count cap reached")
+	errWrite     = errors.New("write") // a failed write, out of a Query callback
 )
 
 // conn is one client connection.
@@ -85,7 +86,7 @@ func (c *conn) writeLoop() {
 		case j := <-c.jobs:
 			if err := c.do(j); err != nil {
 				if !errors.Is(err, errStopped) {
-					c.s.logErr(fmt.Errorf("serve: %s: write: %w", c.socket.RemoteAddr(), err))
+					c.s.logErr(fmt.Errorf("serve: %s: dropped: %w", c.socket.RemoteAddr(), err))
 				}
 				return
 			}
@@ -102,9 +103,12 @@ func (c *conn) write(b []byte) error {
 	// A reader that stopped reading is dropped once the socket buffers
 	// fill and this deadline passes.
 	if err := c.socket.SetWriteDeadline(time.Now().Add(c.s.o.WriteTimeout)); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errWrite, err)
 	}
-	return c.socket.WriteMessage(gws.OpcodeText, b)
+	if err := c.socket.WriteMessage(gws.OpcodeText, b); err != nil {
+		return fmt.Errorf("%w: %w", errWrite, err)
+	}
+	return nil
 }
 
 func (c *conn) do(j job) error {
@@ -129,15 +133,12 @@ func (c *conn) req(j job) error {
 		}
 		frame = append(append(append(frame[:0], `["EVENT",`...), idJSON...), ',')
 		frame = append(event.AppendJSON(frame, e), ']')
-		if err := c.write(frame); err != nil {
-			return fmt.Errorf("%w: %w", errStopped, err)
-		}
-		return nil
+		return c.write(frame)
 	})
 	switch {
 	case errors.Is(err, errCancelled):
 		return nil
-	case errors.Is(err, errStopped):
+	case errors.Is(err, errWrite), errors.Is(err, errStopped):
 		return err
 	case err != nil:
 		c.s.logErr(fmt.Errorf("serve: REQ %q: %w", j.id, err))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/filter"
 	"github.com/nostr-archiver/archiver/filter/filtertest"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -370,6 +371,60 @@ func TestSlowReaderDropped(t *testing.T) {
 		t.Logf("after %d REQs: %v", sent, err)
 	case <-time.After(wait):
 		t.Fatal("a client that never reads was not dropped")
+	}
+	c.startReading()
+	for {
+		if _, err := c.next(wait); err == net.ErrClosed {
+			break
+		} else if err != nil {
+			t.Fatalf("connection still open after the drop: %v", err)
+		}
+	}
+}
+
+// endless answers every query with the same event, forever, until told
+// to stop: a result larger than any socket buffer.
+type endless struct{ e *event.Event }
+
+func (q endless) Query(_ []filter.Filter, fn func(*event.Event, []byte) error) error {
+	for {
+		if err := fn(q.e, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// A client that stops reading in the middle of one large answer is
+// dropped when a write outlasts WriteTimeout; the query is abandoned.
+func TestStalledReaderDropped(t *testing.T) {
+	a := newArchive(t)
+	var e *event.Event
+	err := a.store.Query([]filter.Filter{{Until: filter.MaxUntil, Limit: 1}}, func(ev *event.Event, raw []byte) error {
+		var err error
+		e, err = event.Parse(bytes.Clone(raw))
+		return err
+	})
+	if err != nil || e == nil {
+		t.Fatalf("no event to serve: %v", err)
+	}
+	logged := make(chan error, 10)
+	srv := start(t, endless{e}, serve.Options{WriteTimeout: 200 * time.Millisecond,
+		ErrorLog: func(err error) {
+			select {
+			case logged <- err:
+			default:
+			}
+		}})
+	c := dial(t, srv.URL(), false)
+	c.send("REQ", "big", map[string]any{})
+	select {
+	case err := <-logged:
+		if !strings.Contains(err.Error(), "write") {
+			t.Fatalf("dropped for another reason: %v", err)
+		}
+		t.Log(err)
+	case <-time.After(2 * wait):
+		t.Fatal("a client that stopped reading was not dropped")
 	}
 	c.startReading()
 	for {
