@@ -35,7 +35,7 @@ type archive struct {
 	bad   []string // ids archived with no valid copy
 }
 
-func newArchive(t *testing.T) *archive {
+func newArchive(t testing.TB) *archive {
 	t.Helper()
 	fix, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 14, Events: 400, Authors: 8, Wall: 150,
 		ForgedIDs: 5, BadSigs: 5, Duplicates: 5, Varied: 10})
@@ -92,7 +92,7 @@ func newArchive(t *testing.T) *archive {
 	return a
 }
 
-func drain(t *testing.T, s *rawstore.Store) {
+func drain(t testing.TB, s *rawstore.Store) {
 	t.Helper()
 	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
 	if err != nil {
@@ -106,7 +106,7 @@ func drain(t *testing.T, s *rawstore.Store) {
 	}
 }
 
-func start(t *testing.T, q serve.Querier, o serve.Options) *serve.Server {
+func start(t testing.TB, q serve.Querier, o serve.Options) *serve.Server {
 	t.Helper()
 	o.Addr = "127.0.0.1:0"
 	srv, err := serve.New(q, o)
@@ -434,4 +434,18 @@ func TestStalledReaderDropped(t *testing.T) {
 			t.Fatalf("connection still open after the drop: %v", err)
 		}
 	}
+}
+
+// BenchmarkREQAll downloads the whole archive in one REQ per iteration.
+func BenchmarkREQAll(b *testing.B) {
+	a := newArchive(b)
+	srv := start(b, a.store, serve.Options{})
+	c := dial(b, srv.URL(), true)
+	b.ResetTimer()
+	for i := range b.N {
+		if p := c.req(mustJSON(i%10), `{}`); len(p.ids) != len(a.all) || p.end.label != "EOSE" {
+			b.Fatalf("%d events then %s", len(p.ids), p.end.raw)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(a.all))/b.Elapsed().Seconds(), "events/s")
 }
