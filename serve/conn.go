@@ -16,6 +16,9 @@ import (
 const (
 	sessionKey  = "serve.conn"
 	maxSubIDLen = 64
+	// flushSize is how many bytes of frames the writer gathers per write:
+	// a page of events takes a few syscalls, not one each.
+	flushSize = 256 << 10
 )
 
 var (
@@ -29,6 +32,8 @@ var (
 type conn struct {
 	s        *Server
 	socket   *gws.Conn
+	wire     *wireConn
+	buf      []byte // frames waiting for one write; owned by the writer
 	jobs     chan job
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -55,7 +60,7 @@ type job struct {
 func (c *conn) shutdown() {
 	c.stopOnce.Do(func() {
 		close(c.stop)
-		_ = c.socket.NetConn().Close()
+		_ = c.wire.Close()
 	})
 }
 
@@ -94,7 +99,26 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func (c *conn) write(b []byte) error {
+// write sends one message, with whatever frames are gathered before it.
+func (c *conn) write(msg []byte) error {
+	c.buf = appendFrame(c.buf, msg)
+	return c.flush()
+}
+
+// gather adds a message to the next write, writing once enough is gathered.
+func (c *conn) gather(msg []byte) error {
+	if c.buf = appendFrame(c.buf, msg); len(c.buf) < flushSize {
+		return nil
+	}
+	return c.flush()
+}
+
+func (c *conn) flush() error {
+	b := c.buf
+	c.buf = c.buf[:0]
+	if cap(c.buf) > 2*flushSize {
+		c.buf = nil // one huge event: do not keep its buffer
+	}
 	select {
 	case <-c.stop:
 		return errStopped
@@ -102,13 +126,29 @@ func (c *conn) write(b []byte) error {
 	}
 	// A reader that stopped reading is dropped once the socket buffers
 	// fill and this deadline passes.
-	if err := c.socket.SetWriteDeadline(time.Now().Add(c.s.o.WriteTimeout)); err != nil {
+	if err := c.wire.SetWriteDeadline(time.Now().Add(c.s.o.WriteTimeout)); err != nil {
 		return fmt.Errorf("%w: %w", errWrite, err)
 	}
-	if err := c.socket.WriteMessage(gws.OpcodeText, b); err != nil {
+	if _, err := c.wire.Write(b); err != nil {
 		return fmt.Errorf("%w: %w", errWrite, err)
 	}
 	return nil
+}
+
+// appendFrame appends msg as one unmasked, unfragmented text frame (the
+// server side of RFC 6455; no compression is negotiated).
+func appendFrame(dst, msg []byte) []byte {
+	n := len(msg)
+	switch {
+	case n < 126:
+		dst = append(dst, 0x81, byte(n))
+	case n <= 0xffff:
+		dst = append(dst, 0x81, 126, byte(n>>8), byte(n))
+	default:
+		dst = append(dst, 0x81, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
+			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(dst, msg...)
 }
 
 func (c *conn) do(j job) error {
@@ -133,10 +173,11 @@ func (c *conn) req(j job) error {
 		}
 		frame = append(append(append(frame[:0], `["EVENT",`...), idJSON...), ',')
 		frame = append(event.AppendJSON(frame, e), ']')
-		return c.write(frame)
+		return c.gather(frame)
 	})
 	switch {
 	case errors.Is(err, errCancelled):
+		c.buf = c.buf[:0] // the client closed it: not its gathered events either
 		return nil
 	case errors.Is(err, errWrite), errors.Is(err, errStopped):
 		return err

@@ -11,6 +11,8 @@
 package serve
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,13 +188,24 @@ func (s *Server) upgrade(w http.ResponseWriter, req *http.Request) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	socket, err := s.upgrader.Upgrade(w, req)
+	netConn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		return // gws answered the failed handshake
+		return
+	}
+	wire := &wireConn{Conn: netConn}
+	var rd io.Reader = wire
+	if n := brw.Reader.Buffered(); n > 0 { // a client that did not wait for the 101
+		pending, _ := brw.Reader.Peek(n)
+		rd = io.MultiReader(bytes.NewReader(bytes.Clone(pending)), wire)
+	}
+	socket, err := s.upgrader.UpgradeFromConn(wire, bufio.NewReaderSize(rd, 16<<10), req)
+	if err != nil {
+		return // gws answered the failed handshake and closed the connection
 	}
 	c := &conn{
 		s:      s,
 		socket: socket,
+		wire:   wire,
 		jobs:   make(chan job, s.o.QueueDepth),
 		stop:   make(chan struct{}),
 		subs:   make(map[string]*sub),
@@ -201,7 +214,7 @@ func (s *Server) upgrade(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		_ = socket.NetConn().Close()
+		_ = wire.Close()
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -213,4 +226,18 @@ func (s *Server) upgrade(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+}
+
+// wireConn is the connection under gws. Every Write holds mu, so a batch
+// of frames the writer hands over in one call and a frame gws writes (a
+// pong, a close) never interleave mid-frame.
+type wireConn struct {
+	net.Conn
+	mu sync.Mutex
+}
+
+func (w *wireConn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.Conn.Write(p)
 }
