@@ -189,12 +189,14 @@ func (c *conn) req(j job) error {
 		}
 		c.subsMu.Unlock()
 		if j.sub.cancelled.Load() {
+			c.buf = c.buf[:0]
 			return nil
 		}
 		b, _ := json.Marshal([]any{"CLOSED", j.id, "error: " + err.Error()})
 		return c.write(b)
 	}
 	if j.sub.cancelled.Load() {
+		c.buf = c.buf[:0]
 		return nil
 	}
 	return c.write(fmt.Appendf(nil, `["EOSE",%s]`, idJSON))

@@ -382,6 +382,21 @@ func TestSlowReaderDropped(t *testing.T) {
 	}
 }
 
+// newest is the archive's newest event, decoded.
+func (a *archive) newest(t *testing.T) *event.Event {
+	t.Helper()
+	var e *event.Event
+	err := a.store.Query([]filter.Filter{{Until: filter.MaxUntil, Limit: 1}}, func(ev *event.Event, raw []byte) error {
+		var err error
+		e, err = event.Parse(bytes.Clone(raw))
+		return err
+	})
+	if err != nil || e == nil {
+		t.Fatalf("no event to serve: %v", err)
+	}
+	return e
+}
+
 // endless answers every query with the same event, forever, until told
 // to stop: a result larger than any socket buffer.
 type endless struct{ e *event.Event }
@@ -398,15 +413,7 @@ func (q endless) Query(_ []filter.Filter, fn func(*event.Event, []byte) error) e
 // dropped when a write outlasts WriteTimeout; the query is abandoned.
 func TestStalledReaderDropped(t *testing.T) {
 	a := newArchive(t)
-	var e *event.Event
-	err := a.store.Query([]filter.Filter{{Until: filter.MaxUntil, Limit: 1}}, func(ev *event.Event, raw []byte) error {
-		var err error
-		e, err = event.Parse(bytes.Clone(raw))
-		return err
-	})
-	if err != nil || e == nil {
-		t.Fatalf("no event to serve: %v", err)
-	}
+	e := a.newest(t)
 	logged := make(chan error, 10)
 	srv := start(t, endless{e}, serve.Options{WriteTimeout: 200 * time.Millisecond,
 		ErrorLog: func(err error) {
@@ -461,4 +468,29 @@ func BenchmarkREQAll(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(a.all))/b.Elapsed().Seconds(), "events/s")
+}
+
+// CLOSE stops an answer in the middle: no EOSE follows, and the writer
+// goes on to the next message (a COUNT, answered).
+func TestCloseStopsAnswer(t *testing.T) {
+	a := newArchive(t)
+	e := a.newest(t)
+	srv := start(t, endless{e}, serve.Options{MaxCount: 10})
+	c := dial(t, srv.URL(), true)
+	c.send("REQ", "big", map[string]any{})
+	if m := c.nextMsg(); m.label != "EVENT" {
+		t.Fatalf("first answer %s", m.raw)
+	}
+	c.send("CLOSE", "big")
+	c.send("COUNT", "n", map[string]any{})
+	for {
+		m := c.nextMsg()
+		if m.label == "EVENT" && m.str(0) == "big" {
+			continue // sent before the CLOSE was read
+		}
+		if string(m.raw) != `["COUNT","n",{"approximate":true,"count":10}]` {
+			t.Fatalf("after CLOSE: %s", m.raw)
+		}
+		break
+	}
 }
