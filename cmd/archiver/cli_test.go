@@ -130,7 +130,7 @@ func TestUnreachableSaysWhatToTry(t *testing.T) {
 // Every command answers -h and --help with its usage and exit 0.
 func TestHelpExitsZero(t *testing.T) {
 	cmds := [][]string{{"--help"}, {"-h"}, {"help"}}
-	for _, c := range []string{"run", "crawl", "reprocess", "export", "import", "show", "relays", "stats", "check", "repair", "sync", "submit", "jobs", "version"} {
+	for _, c := range []string{"run", "crawl", "reprocess", "export", "import", "show", "relays", "stats", "check", "repair", "sync", "submit", "jobs", "version", "serve"} {
 		cmds = append(cmds, []string{c, "--help"}, []string{c, "-h"})
 	}
 	dir := t.TempDir()

@@ -24,6 +24,7 @@ Usage:
   archiver relays    [--data DIR] [--json]
   archiver repair    [--data DIR] [--relay URL ...]
   archiver show      [--data DIR] [--json] EVENT_ID
+  archiver serve     [--data DIR] [--listen ADDR]   (read-only relay; not while a crawl or run holds the archive)
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version
@@ -57,6 +58,7 @@ func dispatch(args []string) int {
 		"check":     runCheck,
 		"repair":    runRepair,
 		"sync":      runSync,
+		"serve":     runServe,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

@@ -41,7 +41,7 @@ func listing(t *testing.T, dir string) []string {
 // directory, not a Pebble file in another program's directory.
 // (Before: an empty archive was created and zeros printed, exit 0.)
 func TestReadOnlyCommandsRefuseNonArchive(t *testing.T) {
-	for _, cmd := range []string{"stats", "export", "reprocess", "check"} {
+	for _, cmd := range []string{"stats", "export", "reprocess", "check", "serve"} {
 		for _, tc := range []struct {
 			name  string
 			setup func(dir string) string
@@ -89,7 +89,7 @@ func TestArchiveInUseNamesPID(t *testing.T) {
 	}
 	defer s.Close()
 	want := fmt.Sprintf("archive in use by another archiver (pid %d)", os.Getpid())
-	for _, cmd := range []string{"stats", "export", "reprocess", "check"} {
+	for _, cmd := range []string{"stats", "export", "reprocess", "check", "serve"} {
 		code, _, stderr, _ := run(t, dir, cmd, "--data", data)
 		if code != 1 || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d, stderr\n%s\nwant exit 1 and %q", cmd, code, stderr, want)

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/serve"
+	"go.uber.org/zap"
+)
+
+// runServe answers Nostr clients from the archive, read-only. The store
+// is opened read-only: while a crawl or the daemon holds the archive,
+// serve refuses with ErrInUse (one process owns a store; serving while a
+// crawl writes is not supported yet).
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c := common{access: accessReadOnly}
+	listen := fs.String("listen", "127.0.0.1:7777", "address to serve WebSocket clients and the NIP-11 document on")
+	o := serve.Options{}
+	fs.IntVar(&o.MaxLimit, "max-limit", 5000, "most events one filter of a REQ returns (NIP-11 max_limit)")
+	fs.IntVar(&o.MaxSubs, "max-subscriptions", 20, "open subscriptions per connection")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: archiver serve [--data DIR] [--listen ADDR]\n\n"+
+			"Serve the archive as a read-only Nostr relay (NIP-01 REQ, NIP-45 COUNT, NIP-11):\n"+
+			"verified events only; EVENT is refused. The archive must be indexed\n"+
+			"(archiver reprocess --index) and not held by a running crawl or daemon\n"+
+			"(it is then in use: stop that first).\n\n")
+		fs.PrintDefaults()
+	}
+	c.register(fs)
+	log, store, code := c.open(fs, args)
+	if store == nil {
+		return code
+	}
+	defer store.Close()
+	ready, err := store.IndexesReady()
+	if err != nil {
+		return fail("serve", fmt.Errorf("%s: %w", c.data, err))
+	}
+	if !ready {
+		return fail("serve", fmt.Errorf("%s: %w: run `archiver reprocess --index --data %s` once, then serve", c.data, rawstore.ErrNotIndexed, c.data))
+	}
+	o.Addr = *listen
+	o.ErrorLog = func(err error) { log.Info("serve", zap.Error(err)) }
+	srv, err := serve.New(store, o)
+	if err != nil {
+		return fail("serve", err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	fmt.Fprintf(os.Stderr, "serving %s read-only on %s\n", c.data, srv.URL())
+	<-ctx.Done()
+	if err := srv.Close(); err != nil {
+		return fail("serve", err)
+	}
+	return 0
+}
