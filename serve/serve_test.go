@@ -224,18 +224,18 @@ func TestREQMatchesBrute(t *testing.T) {
 					tt.fs[j].Limit = ptr(maxLimit)
 				}
 			}
-			p := c.req(mustJSON(i), js...)
-			if p.end.label != "EOSE" {
-				t.Fatalf("ended with %s", p.end.raw)
+			p := c.ReqRaw(mustJSON(i), js...)
+			if p.End.Label != "EOSE" {
+				t.Fatalf("ended with %s", p.End.Raw)
 			}
 			want := filtertest.Brute(a.all, tt.fs)
 			if len(want) == 0 != strings.HasPrefix(tt.name, "empty") && !strings.HasPrefix(tt.name, "invalid") {
 				t.Fatalf("the fixture gives this case %d events", len(want))
 			}
-			if !slices.Equal(p.ids, want) {
-				t.Fatalf("got %d events, brute force %d:\n got %v\nwant %v", len(p.ids), len(want), p.ids, want)
+			if !slices.Equal(p.IDs(), want) {
+				t.Fatalf("got %d events, brute force %d:\n got %v\nwant %v", len(p.IDs()), len(want), p.IDs(), want)
 			}
-			c.send("CLOSE", mustJSON(i))
+			c.Send("CLOSE", mustJSON(i))
 		})
 	}
 }
@@ -259,9 +259,9 @@ func TestCOUNT(t *testing.T) {
 		{`{"kinds":[]}`, `["COUNT","c",{"count":0}]`},
 	}
 	for _, tt := range tests {
-		c.sendRaw([]byte(`["COUNT","c",` + tt.filter + `]`))
-		if m := c.nextMsg(); string(m.raw) != tt.want {
-			t.Errorf("COUNT %s: got %s, want %s", tt.filter, m.raw, tt.want)
+		c.SendRaw([]byte(`["COUNT","c",` + tt.filter + `]`))
+		if m := c.NextMsg(); string(m.Raw) != tt.want {
+			t.Errorf("COUNT %s: got %s, want %s", tt.filter, m.Raw, tt.want)
 		}
 	}
 }
@@ -287,27 +287,27 @@ func TestRefusals(t *testing.T) {
 		{`["REQ","x"]`, "CLOSED", "no filter"},
 	}
 	for _, tt := range tests {
-		c.sendRaw([]byte(tt.send))
-		m := c.nextMsg()
-		if m.label != tt.label || !strings.Contains(string(m.raw), tt.want) {
-			t.Errorf("%s: got %s, want %s with %q", tt.send, m.raw, tt.label, tt.want)
+		c.SendRaw([]byte(tt.send))
+		m := c.NextMsg()
+		if m.Label != tt.label || !strings.Contains(string(m.Raw), tt.want) {
+			t.Errorf("%s: got %s, want %s with %q", tt.send, m.Raw, tt.label, tt.want)
 		}
 	}
 	for i := range 3 {
-		if p := c.req(mustJSON(i), `{"limit":1}`); p.end.label != "EOSE" || len(p.ids) != 1 {
-			t.Fatalf("sub %d: %d events then %s", i, len(p.ids), p.end.raw)
+		if p := c.ReqRaw(mustJSON(i), `{"limit":1}`); p.End.Label != "EOSE" || len(p.IDs()) != 1 {
+			t.Fatalf("sub %d: %d events then %s", i, len(p.IDs()), p.End.Raw)
 		}
 	}
-	if p := c.req("4th", `{"limit":1}`); string(p.end.raw) != `["CLOSED","4th","error: too many subscriptions"]` {
-		t.Fatalf("4th subscription: %d events then %s", len(p.ids), p.end.raw)
+	if p := c.ReqRaw("4th", `{"limit":1}`); string(p.End.Raw) != `["CLOSED","4th","error: too many subscriptions"]` {
+		t.Fatalf("4th subscription: %d events then %s", len(p.IDs()), p.End.Raw)
 	}
 	// Reusing an id replaces that subscription; a CLOSE frees a slot.
-	if p := c.req("0", `{"limit":2}`); p.end.label != "EOSE" || len(p.ids) != 2 {
-		t.Fatalf("reused id: %d events then %s", len(p.ids), p.end.raw)
+	if p := c.ReqRaw("0", `{"limit":2}`); p.End.Label != "EOSE" || len(p.IDs()) != 2 {
+		t.Fatalf("reused id: %d events then %s", len(p.IDs()), p.End.Raw)
 	}
-	c.send("CLOSE", "1")
-	if p := c.req("4th", `{"limit":1}`); p.end.label != "EOSE" {
-		t.Fatalf("after CLOSE: %s", p.end.raw)
+	c.Send("CLOSE", "1")
+	if p := c.ReqRaw("4th", `{"limit":1}`); p.End.Label != "EOSE" {
+		t.Fatalf("after CLOSE: %s", p.End.Raw)
 	}
 }
 
@@ -339,8 +339,8 @@ func TestNIP11(t *testing.T) {
 	}
 	// A message over max_message_length ends the connection.
 	c := dial(t, srv.URL(), true)
-	c.sendRaw([]byte(`["REQ","x",{"search":"` + strings.Repeat("a", 5000) + `"}]`))
-	if b, err := c.next(wait); err == nil {
+	c.SendRaw([]byte(`["REQ","x",{"search":"` + strings.Repeat("a", 5000) + `"}]`))
+	if b, err := c.Next(wait); err == nil {
 		t.Fatalf("answer to an oversized message: %s", b)
 	}
 }
@@ -361,7 +361,7 @@ func TestSlowReaderDropped(t *testing.T) {
 	var sent int
 	for i := range 1000 {
 		b := []byte(`["REQ",` + mustJSON(i) + `,{}]`)
-		if err := c.conn.WriteMessage(1, b); err != nil {
+		if err := c.Write(b); err != nil {
 			break // the server has hung up already
 		}
 		sent++
@@ -372,9 +372,9 @@ func TestSlowReaderDropped(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("a client that never reads was not dropped")
 	}
-	c.startReading()
+	c.StartReading()
 	for {
-		if _, err := c.next(wait); err == net.ErrClosed {
+		if _, err := c.Next(wait); err == net.ErrClosed {
 			break
 		} else if err != nil {
 			t.Fatalf("connection still open after the drop: %v", err)
@@ -423,7 +423,7 @@ func TestStalledReaderDropped(t *testing.T) {
 			}
 		}})
 	c := dial(t, srv.URL(), false)
-	c.send("REQ", "big", map[string]any{})
+	c.Send("REQ", "big", map[string]any{})
 	select {
 	case err := <-logged:
 		if !strings.Contains(err.Error(), "write") {
@@ -433,9 +433,9 @@ func TestStalledReaderDropped(t *testing.T) {
 	case <-time.After(2 * wait):
 		t.Fatal("a client that stopped reading was not dropped")
 	}
-	c.startReading()
+	c.StartReading()
 	for {
-		if _, err := c.next(wait); err == net.ErrClosed {
+		if _, err := c.Next(wait); err == net.ErrClosed {
 			break
 		} else if err != nil {
 			t.Fatalf("connection still open after the drop: %v", err)
@@ -451,10 +451,10 @@ func BenchmarkREQAll(b *testing.B) {
 	c := dial(b, srv.URL(), true)
 	b.ResetTimer()
 	for i := range b.N {
-		c.sendRaw([]byte(`["REQ","all",{}]`))
+		c.SendRaw([]byte(`["REQ","all",{}]`))
 		n := 0
 		for {
-			m, err := c.next(wait)
+			m, err := c.Next(wait)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -477,19 +477,19 @@ func TestCloseStopsAnswer(t *testing.T) {
 	e := a.newest(t)
 	srv := start(t, endless{e}, serve.Options{MaxCount: 10})
 	c := dial(t, srv.URL(), true)
-	c.send("REQ", "big", map[string]any{})
-	if m := c.nextMsg(); m.label != "EVENT" {
-		t.Fatalf("first answer %s", m.raw)
+	c.Send("REQ", "big", map[string]any{})
+	if m := c.NextMsg(); m.Label != "EVENT" {
+		t.Fatalf("first answer %s", m.Raw)
 	}
-	c.send("CLOSE", "big")
-	c.send("COUNT", "n", map[string]any{})
+	c.Send("CLOSE", "big")
+	c.Send("COUNT", "n", map[string]any{})
 	for {
-		m := c.nextMsg()
-		if m.label == "EVENT" && m.str(0) == "big" {
+		m := c.NextMsg()
+		if m.Label == "EVENT" && m.Str(0) == "big" {
 			continue // sent before the CLOSE was read
 		}
-		if string(m.raw) != `["COUNT","n",{"approximate":true,"count":10}]` {
-			t.Fatalf("after CLOSE: %s", m.raw)
+		if string(m.Raw) != `["COUNT","n",{"approximate":true,"count":10}]` {
+			t.Fatalf("after CLOSE: %s", m.Raw)
 		}
 		break
 	}

@@ -308,7 +308,7 @@ func TestFixtureThroughRelay(t *testing.T) {
 
 	got := map[string]bool{}
 	collect := func(p page) (events []ev, fresh int) {
-		events = decodeEvents(t, p.events)
+		events = decodeEvents(t, p.Events)
 		for _, e := range events {
 			if !got[e.ID] {
 				got[e.ID] = true
@@ -319,7 +319,7 @@ func TestFixtureThroughRelay(t *testing.T) {
 	}
 	until := f.Until
 	for {
-		evs, fresh := collect(c.req("all", map[string]any{"until": until, "limit": 500}))
+		evs, fresh := collect(c.Req("all", map[string]any{"until": until, "limit": 500}))
 		if fresh == 0 {
 			break
 		}
@@ -329,12 +329,12 @@ func TestFixtureThroughRelay(t *testing.T) {
 				t.Fatalf("unexpected wall at %d", until)
 			}
 			for _, k := range defaultWallKinds {
-				kevs, _ := collect(c.req("k", map[string]any{"since": until, "until": until, "kinds": []int{k}, "limit": 500}))
+				kevs, _ := collect(c.Req("k", map[string]any{"since": until, "until": until, "kinds": []int{k}, "limit": 500}))
 				if len(kevs) < 500 {
 					continue
 				}
 				for _, a := range f.Authors {
-					aevs, _ := collect(c.req("a", map[string]any{"since": until, "until": until, "kinds": []int{k}, "authors": []string{a}, "limit": 500}))
+					aevs, _ := collect(c.Req("a", map[string]any{"since": until, "until": until, "kinds": []int{k}, "authors": []string{a}, "limit": 500}))
 					if len(aevs) >= 500 {
 						t.Fatalf("kind %d author %s still fills a page", k, a)
 					}

@@ -88,11 +88,11 @@ func TestPagingWithUntil(t *testing.T) {
 	until := int64(5000)
 	pages := 0
 	for {
-		p := c.req("p", map[string]any{"until": until, "limit": 1000})
-		if p.end.label != "EOSE" {
-			t.Fatalf("page ended with %s", p.end.raw)
+		p := c.Req("p", map[string]any{"until": until, "limit": 1000})
+		if p.End.Label != "EOSE" {
+			t.Fatalf("page ended with %s", p.End.Raw)
 		}
-		evs := decodeEvents(t, p.events)
+		evs := decodeEvents(t, p.Events)
 		if len(evs) > 250 {
 			t.Fatalf("page of %d events, clamp is 250", len(evs))
 		}
@@ -163,11 +163,11 @@ func TestFilters(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := c.req("f", tc.filters...)
-			if p.end.label != "EOSE" {
-				t.Fatalf("ended with %s", p.end.raw)
+			p := c.Req("f", tc.filters...)
+			if p.End.Label != "EOSE" {
+				t.Fatalf("ended with %s", p.End.Raw)
 			}
-			evs := decodeEvents(t, p.events)
+			evs := decodeEvents(t, p.Events)
 			newestFirst(t, evs)
 			var want []string
 			for _, it := range items {
@@ -229,11 +229,11 @@ func TestFaultKnobsOnPages(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRelay(t, tc.opts, items...)
-			p := dial(t, r.URL()).req("k", tc.filter)
-			if p.end.label != "EOSE" {
-				t.Fatalf("ended with %s", p.end.raw)
+			p := dial(t, r.URL()).Req("k", tc.filter)
+			if p.End.Label != "EOSE" {
+				t.Fatalf("ended with %s", p.End.Raw)
 			}
-			evs := decodeEvents(t, p.events)
+			evs := decodeEvents(t, p.Events)
 			newestFirst(t, evs)
 			tc.check(t, evs)
 		})
@@ -244,23 +244,23 @@ func TestMaxSubsPerConn(t *testing.T) {
 	r := newRelay(t, Options{MaxSubsPerConn: 2}, synth(10, func(i int) int64 { return int64(100 + i) })...)
 	c := dial(t, r.URL())
 	for _, sub := range []string{"a", "b"} {
-		if p := c.req(sub, map[string]any{"limit": 3}); p.end.label != "EOSE" || len(p.events) != 3 {
-			t.Fatalf("sub %s: %d events then %s", sub, len(p.events), p.end.raw)
+		if p := c.Req(sub, map[string]any{"limit": 3}); p.End.Label != "EOSE" || len(p.Events) != 3 {
+			t.Fatalf("sub %s: %d events then %s", sub, len(p.Events), p.End.Raw)
 		}
 	}
 	// Open subscriptions stay open after EOSE: a third is refused strfry's way.
-	c.send("REQ", "c", map[string]any{"limit": 3})
-	if m := c.nextMsg(); m.label != "NOTICE" || m.str(0) != "ERROR: too many concurrent REQs" {
-		t.Fatalf("got %s", m.raw)
+	c.Send("REQ", "c", map[string]any{"limit": 3})
+	if m := c.NextMsg(); m.Label != "NOTICE" || m.Str(0) != "ERROR: too many concurrent REQs" {
+		t.Fatalf("got %s", m.Raw)
 	}
-	c.expectNone(100 * time.Millisecond) // no CLOSED, no EOSE
+	c.ExpectNone(100 * time.Millisecond) // no CLOSED, no EOSE
 	// Reusing an open id replaces it; closing one makes room.
-	if p := c.req("a", map[string]any{"limit": 1}); p.end.label != "EOSE" {
-		t.Fatalf("replacing a: %s", p.end.raw)
+	if p := c.Req("a", map[string]any{"limit": 1}); p.End.Label != "EOSE" {
+		t.Fatalf("replacing a: %s", p.End.Raw)
 	}
-	c.send("CLOSE", "b")
-	if p := c.req("c", map[string]any{"limit": 1}); p.end.label != "EOSE" {
-		t.Fatalf("after CLOSE: %s", p.end.raw)
+	c.Send("CLOSE", "b")
+	if p := c.Req("c", map[string]any{"limit": 1}); p.End.Label != "EOSE" {
+		t.Fatalf("after CLOSE: %s", p.End.Raw)
 	}
 	st := r.Stats()
 	if st.PeakSubsPerConn != 2 || st.Refusals != 1 || st.CLOSEs != 1 {
@@ -286,16 +286,16 @@ func TestRateLimit(t *testing.T) {
 			}
 			// Two tokens for the connection (or for the IP, whichever socket asks).
 			for i := range 2 {
-				if p := cs[i%len(cs)].req(fmt.Sprint("ok", i), map[string]any{"limit": 1}); p.end.label != "EOSE" {
-					t.Fatalf("REQ %d: %s", i, p.end.raw)
+				if p := cs[i%len(cs)].Req(fmt.Sprint("ok", i), map[string]any{"limit": 1}); p.End.Label != "EOSE" {
+					t.Fatalf("REQ %d: %s", i, p.End.Raw)
 				}
 			}
-			p := cs[len(cs)-1].req("over", map[string]any{"limit": 1})
-			if p.end.label != "CLOSED" || p.end.str(0) != "over" || p.end.str(1) != tc.reason {
-				t.Fatalf("got %s, want CLOSED %q", p.end.raw, tc.reason)
+			p := cs[len(cs)-1].Req("over", map[string]any{"limit": 1})
+			if p.End.Label != "CLOSED" || p.End.Str(0) != "over" || p.End.Str(1) != tc.reason {
+				t.Fatalf("got %s, want CLOSED %q", p.End.Raw, tc.reason)
 			}
-			if len(p.events) != 0 {
-				t.Fatalf("%d events with a refusal", len(p.events))
+			if len(p.Events) != 0 {
+				t.Fatalf("%d events with a refusal", len(p.Events))
 			}
 		})
 	}
@@ -343,10 +343,10 @@ func TestDropEvery(t *testing.T) {
 	items := synth(100, func(i int) int64 { return int64(1000 + i) })
 	r := newRelay(t, Options{DropEvery: 30}, items...)
 	c := dial(t, r.URL())
-	c.send("REQ", "d", map[string]any{"limit": 20})
+	c.Send("REQ", "d", map[string]any{"limit": 20})
 	got := 0
 	for {
-		b, err := c.next(wait)
+		b, err := c.Next(wait)
 		if errors.Is(err, net.ErrClosed) {
 			break
 		}
@@ -354,11 +354,11 @@ func TestDropEvery(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := decode(t, b)
-		switch m.label {
+		switch m.Label {
 		case "EVENT":
 			got++
 		case "EOSE":
-			c.send("REQ", "d", map[string]any{"limit": 20}) // the count spans pages
+			c.Send("REQ", "d", map[string]any{"limit": 20}) // the count spans pages
 		default:
 			t.Fatalf("unexpected %s", b)
 		}
@@ -367,8 +367,8 @@ func TestDropEvery(t *testing.T) {
 		t.Fatalf("got %d events before the drop, want 30", got)
 	}
 	// A new connection resumes (its own count starts again).
-	if p := dial(t, r.URL()).req("d", map[string]any{"limit": 20}); p.end.label != "EOSE" || len(p.events) != 20 {
-		t.Fatalf("after reconnect: %d events, %s", len(p.events), p.end.raw)
+	if p := dial(t, r.URL()).Req("d", map[string]any{"limit": 20}); p.End.Label != "EOSE" || len(p.Events) != 20 {
+		t.Fatalf("after reconnect: %d events, %s", len(p.Events), p.End.Raw)
 	}
 	if st := r.Stats(); st.Drops != 1 || st.Events != 50 {
 		t.Fatalf("stats %+v", st)
@@ -379,27 +379,27 @@ func TestNoticeOnlyEvery(t *testing.T) {
 	r := newRelay(t, Options{NoticeOnlyEvery: 3}, synth(5, func(i int) int64 { return int64(i + 1) })...)
 	c := dial(t, r.URL())
 	for i := 1; i <= 6; i++ {
-		p := c.req(fmt.Sprint("n", i), map[string]any{"limit": 2})
+		p := c.Req(fmt.Sprint("n", i), map[string]any{"limit": 2})
 		want := "EOSE"
 		if i%3 == 0 {
 			want = "NOTICE"
 		}
-		if p.end.label != want {
-			t.Fatalf("REQ %d: %s, want %s", i, p.end.raw, want)
+		if p.End.Label != want {
+			t.Fatalf("REQ %d: %s, want %s", i, p.End.Raw, want)
 		}
 	}
-	c.expectNone(50 * time.Millisecond)
+	c.ExpectNone(50 * time.Millisecond)
 	// COUNTs are counted apart: the third COUNT fails, not the first.
 	r = newRelay(t, Options{SupportCount: true, CountNoticeEvery: 3}, synth(5, func(i int) int64 { return int64(i + 1) })...)
 	c = dial(t, r.URL())
 	for i := 1; i <= 6; i++ {
-		c.send("COUNT", fmt.Sprint("n", i), map[string]any{})
+		c.Send("COUNT", fmt.Sprint("n", i), map[string]any{})
 		want := "COUNT"
 		if i%3 == 0 {
 			want = "NOTICE"
 		}
-		if m := c.nextMsg(); m.label != want {
-			t.Fatalf("COUNT %d: %s, want %s", i, m.raw, want)
+		if m := c.NextMsg(); m.Label != want {
+			t.Fatalf("COUNT %d: %s, want %s", i, m.Raw, want)
 		}
 	}
 }
@@ -420,19 +420,19 @@ func TestAuth(t *testing.T) {
 		t.Run(fmt.Sprint("ErrorPrefix=", prefix), func(t *testing.T) {
 			r := newRelay(t, Options{AuthRequired: true, ErrorPrefix: prefix}, synth(5, func(i int) int64 { return int64(i + 1) })...)
 			c := dial(t, r.URL())
-			m := c.nextMsg()
-			if m.label != "AUTH" || len(m.str(0)) < 16 {
-				t.Fatalf("first message %s, want an AUTH challenge", m.raw)
+			m := c.NextMsg()
+			if m.Label != "AUTH" || len(m.Str(0)) < 16 {
+				t.Fatalf("first message %s, want an AUTH challenge", m.Raw)
 			}
-			challenge := m.str(0)
+			challenge := m.Str(0)
 
-			p := c.req("s", map[string]any{"limit": 5})
+			p := c.Req("s", map[string]any{"limit": 5})
 			want := "auth-required: "
 			if prefix {
 				want = "ERROR: auth-required: "
 			}
-			if p.end.label != "CLOSED" || !strings.HasPrefix(p.end.str(1), want) {
-				t.Fatalf("before AUTH: %s", p.end.raw)
+			if p.End.Label != "CLOSED" || !strings.HasPrefix(p.End.Str(1), want) {
+				t.Fatalf("before AUTH: %s", p.End.Raw)
 			}
 
 			seed := sha256.Sum256([]byte("auth key"))
@@ -446,18 +446,18 @@ func TestAuth(t *testing.T) {
 			forged.Sig[40] ^= 1
 			bad = append(bad, forged)
 			for _, e := range bad {
-				c.send("AUTH", exportJSON(e))
-				if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "false" || m.str(0) != hex.EncodeToString(e.ID[:]) {
-					t.Fatalf("bad AUTH answered %s", m.raw)
+				c.Send("AUTH", exportJSON(e))
+				if m := c.NextMsg(); m.Label != "OK" || string(m.Args[1]) != "false" || m.Str(0) != hex.EncodeToString(e.ID[:]) {
+					t.Fatalf("bad AUTH answered %s", m.Raw)
 				}
 			}
 			good := authEvent(t, sk, r.URL()+"/", challenge, KindAuth)
-			c.send("AUTH", exportJSON(good))
-			if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "true" {
-				t.Fatalf("good AUTH answered %s", m.raw)
+			c.Send("AUTH", exportJSON(good))
+			if m := c.NextMsg(); m.Label != "OK" || string(m.Args[1]) != "true" {
+				t.Fatalf("good AUTH answered %s", m.Raw)
 			}
-			if p := c.req("s", map[string]any{"limit": 5}); p.end.label != "EOSE" || len(p.events) != 5 {
-				t.Fatalf("after AUTH: %d events, %s", len(p.events), p.end.raw)
+			if p := c.Req("s", map[string]any{"limit": 5}); p.End.Label != "EOSE" || len(p.Events) != 5 {
+				t.Fatalf("after AUTH: %d events, %s", len(p.Events), p.End.Raw)
 			}
 			if st := r.Stats(); st.AuthOK != 1 || st.AuthFailed != int64(len(bad)) || st.Refusals != 1 {
 				t.Fatalf("stats %+v", st)
@@ -480,17 +480,17 @@ func TestCount(t *testing.T) {
 				{[]any{map[string]any{"kinds": []int{1}}}, 20},
 				{[]any{map[string]any{"since": 130}, map[string]any{"kinds": []int{7}, "since": 120}}, 15},
 			} {
-				c.send(append([]any{"COUNT", "n"}, tc.filters...)...)
-				m := c.nextMsg()
+				c.Send(append([]any{"COUNT", "n"}, tc.filters...)...)
+				m := c.NextMsg()
 				if !supported {
-					if m.label != "CLOSED" || !strings.HasPrefix(m.str(1), "unsupported: ") {
-						t.Fatalf("got %s", m.raw)
+					if m.Label != "CLOSED" || !strings.HasPrefix(m.Str(1), "unsupported: ") {
+						t.Fatalf("got %s", m.Raw)
 					}
 					continue
 				}
 				var n struct{ Count int }
-				if m.label != "COUNT" || m.str(0) != "n" || json.Unmarshal(m.args[1], &n) != nil || n.Count != tc.want {
-					t.Fatalf("got %s, want count %d", m.raw, tc.want)
+				if m.Label != "COUNT" || m.Str(0) != "n" || json.Unmarshal(m.Args[1], &n) != nil || n.Count != tc.want {
+					t.Fatalf("got %s, want count %d", m.Raw, tc.want)
 				}
 			}
 		})
@@ -501,38 +501,38 @@ func TestLatencyAndCloseCancels(t *testing.T) {
 	r := newRelay(t, Options{Latency: 150 * time.Millisecond}, synth(5, func(i int) int64 { return int64(i + 1) })...)
 	c := dial(t, r.URL())
 	start := time.Now()
-	if p := c.req("l", map[string]any{"limit": 5}); p.end.label != "EOSE" {
-		t.Fatal(p.end.raw)
+	if p := c.Req("l", map[string]any{"limit": 5}); p.End.Label != "EOSE" {
+		t.Fatal(p.End.Raw)
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Fatalf("page served in %v, latency is 150ms", d)
 	}
 	// A CLOSE arriving while the REQ waits cancels it.
-	c.send("REQ", "x", map[string]any{"limit": 5})
-	c.send("CLOSE", "x")
-	c.expectNone(300 * time.Millisecond)
+	c.Send("REQ", "x", map[string]any{"limit": 5})
+	c.Send("CLOSE", "x")
+	c.ExpectNone(300 * time.Millisecond)
 }
 
 func TestConnectFramesAndMessages(t *testing.T) {
 	r := newRelay(t, Options{SendLimitsFrame: true, MaxMessageLength: 200})
 	c := dial(t, r.URL())
-	if m := c.nextMsg(); m.label != "LIMITS" {
-		t.Fatalf("first message %s, want LIMITS", m.raw)
+	if m := c.NextMsg(); m.Label != "LIMITS" {
+		t.Fatalf("first message %s, want LIMITS", m.Raw)
 	}
-	c.send("EVENT", map[string]any{"id": "abcd"})
-	if m := c.nextMsg(); m.label != "OK" || m.str(0) != "abcd" || string(m.args[1]) != "false" {
-		t.Fatalf("client EVENT answered %s", m.raw)
+	c.Send("EVENT", map[string]any{"id": "abcd"})
+	if m := c.NextMsg(); m.Label != "OK" || m.Str(0) != "abcd" || string(m.Args[1]) != "false" {
+		t.Fatalf("client EVENT answered %s", m.Raw)
 	}
-	c.send("HELLO")
-	if m := c.nextMsg(); m.label != "NOTICE" {
-		t.Fatalf("unknown command answered %s", m.raw)
+	c.Send("HELLO")
+	if m := c.NextMsg(); m.Label != "NOTICE" {
+		t.Fatalf("unknown command answered %s", m.Raw)
 	}
-	c.send("REQ", strings.Repeat("x", 65), map[string]any{})
-	if m := c.nextMsg(); m.label != "CLOSED" || !strings.HasPrefix(m.str(1), "invalid: ") {
-		t.Fatalf("long sub id answered %s", m.raw)
+	c.Send("REQ", strings.Repeat("x", 65), map[string]any{})
+	if m := c.NextMsg(); m.Label != "CLOSED" || !strings.HasPrefix(m.Str(1), "invalid: ") {
+		t.Fatalf("long sub id answered %s", m.Raw)
 	}
-	c.send("REQ", "big", map[string]any{"ids": []string{strings.Repeat("a", 300)}})
-	if _, err := c.next(wait); !errors.Is(err, net.ErrClosed) {
+	c.Send("REQ", "big", map[string]any{"ids": []string{strings.Repeat("a", 300)}})
+	if _, err := c.Next(wait); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("after an oversized frame: %v, want the connection dropped", err)
 	}
 	if st := r.Stats(); st.Drops != 1 {
@@ -547,15 +547,15 @@ func TestFrameItems(t *testing.T) {
 	}
 	r := newRelay(t, Options{}, items...)
 	c := dial(t, r.URL())
-	c.send("REQ", `q"s`, map[string]any{})
+	c.Send("REQ", `q"s`, map[string]any{})
 	for _, want := range []string{`["EVENT","q\"s",{"id":`, `not json`} {
-		b, err := c.next(wait)
+		b, err := c.Next(wait)
 		if err != nil || string(b) != want {
 			t.Fatalf("got %q, %v; want %q", b, err, want)
 		}
 	}
-	if m := c.nextMsg(); m.label != "EOSE" {
-		t.Fatal(m.raw)
+	if m := c.NextMsg(); m.Label != "EOSE" {
+		t.Fatal(m.Raw)
 	}
 }
 
@@ -616,14 +616,14 @@ func TestNIP11(t *testing.T) {
 func TestSetOptions(t *testing.T) {
 	r := newRelay(t, Options{}, synth(50, func(i int) int64 { return int64(i + 1) })...)
 	c := dial(t, r.URL())
-	if p := c.req("a", map[string]any{"limit": 30}); len(p.events) != 30 {
-		t.Fatalf("%d events", len(p.events))
+	if p := c.Req("a", map[string]any{"limit": 30}); len(p.Events) != 30 {
+		t.Fatalf("%d events", len(p.Events))
 	}
 	if err := r.SetOptions(func(o *Options) { o.MaxLimit = 10 }); err != nil {
 		t.Fatal(err)
 	}
-	if p := c.req("a", map[string]any{"limit": 30}); len(p.events) != 10 {
-		t.Fatalf("%d events after clamping to 10", len(p.events))
+	if p := c.Req("a", map[string]any{"limit": 30}); len(p.Events) != 10 {
+		t.Fatalf("%d events after clamping to 10", len(p.Events))
 	}
 	if err := r.SetOptions(func(o *Options) { o.DropEvery = -1 }); !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("invalid change: %v", err)
@@ -639,13 +639,13 @@ func TestSetOptions(t *testing.T) {
 func TestAddWhileServing(t *testing.T) {
 	r := newRelay(t, Options{}, synth(10, func(i int) int64 { return int64(100 + i) })...)
 	c := dial(t, r.URL())
-	if p := c.req("a", map[string]any{}); len(p.events) != 10 {
-		t.Fatalf("%d events", len(p.events))
+	if p := c.Req("a", map[string]any{}); len(p.Events) != 10 {
+		t.Fatalf("%d events", len(p.Events))
 	}
 	more := synth(20, func(i int) int64 { return int64(50 + i) })[10:] // new ids, older seconds
 	r.Add(more...)                                                     // also pushed live to "a"; a fresh connection sees only stored events
-	p := dial(t, r.URL()).req("b", map[string]any{})
-	evs := decodeEvents(t, p.events)
+	p := dial(t, r.URL()).Req("b", map[string]any{})
+	evs := decodeEvents(t, p.Events)
 	newestFirst(t, evs)
 	if len(evs) != 20 || r.Len() != 20 {
 		t.Fatalf("%d events served, %d stored", len(evs), r.Len())
@@ -780,18 +780,18 @@ func TestCapacityAndCadenceOverSockets(t *testing.T) {
 	c := dial(t, r.URL())
 	start := time.Now()
 	for i := range 4 {
-		c.send("REQ", fmt.Sprint("s", i), map[string]any{"limit": 500, "until": 2000 - 500*i})
+		c.Send("REQ", fmt.Sprint("s", i), map[string]any{"limit": 500, "until": 2000 - 500*i})
 	}
 	n := 0
 	for eose := 0; eose < 4; {
-		m := c.nextMsg()
-		switch m.label {
+		m := c.NextMsg()
+		switch m.Label {
 		case "EVENT":
 			n++
 		case "EOSE":
 			eose++
 		default:
-			t.Fatalf("unexpected %s", m.raw)
+			t.Fatalf("unexpected %s", m.Raw)
 		}
 	}
 	// 2000 events at 10,000/s take >= 200 ms; one worker serves 4 pages in >= 4 x 50 ms.
@@ -820,17 +820,17 @@ func TestAuthAllow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dial(t, r.URL())
-			challenge := c.nextMsg().str(0)
-			c.send("AUTH", exportJSON(authEvent(t, tc.sk, r.URL(), challenge, KindAuth)))
-			if m := c.nextMsg(); m.label != "OK" || string(m.args[1]) != "true" {
-				t.Fatalf("AUTH answered %s", m.raw)
+			challenge := c.NextMsg().Str(0)
+			c.Send("AUTH", exportJSON(authEvent(t, tc.sk, r.URL(), challenge, KindAuth)))
+			if m := c.NextMsg(); m.Label != "OK" || string(m.Args[1]) != "true" {
+				t.Fatalf("AUTH answered %s", m.Raw)
 			}
-			p := c.req("s", map[string]any{"limit": 5})
-			if p.end.label != tc.end || len(p.events) != tc.n {
-				t.Fatalf("%d events, %s; want %d, %s", len(p.events), p.end.raw, tc.n, tc.end)
+			p := c.Req("s", map[string]any{"limit": 5})
+			if p.End.Label != tc.end || len(p.Events) != tc.n {
+				t.Fatalf("%d events, %s; want %d, %s", len(p.Events), p.End.Raw, tc.n, tc.end)
 			}
-			if tc.end == "CLOSED" && !strings.HasPrefix(p.end.str(1), "restricted: ") {
-				t.Fatalf("refusal %s, want restricted:", p.end.raw)
+			if tc.end == "CLOSED" && !strings.HasPrefix(p.End.Str(1), "restricted: ") {
+				t.Fatalf("refusal %s, want restricted:", p.End.Raw)
 			}
 		})
 	}
