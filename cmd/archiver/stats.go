@@ -83,7 +83,7 @@ func runStats(args []string) int {
 }
 
 // joinCoverage joins neighbouring ranges (in the record's order) that
-// touch and were proven the same way with nothing to tell them apart: a
+// touch and were proven the same way for the same reason: a
 // crawl records one per shard, dozens of lines saying the same. What
 // they hold and count is summed.
 func joinCoverage(cs []crawl.RangeCoverage) []crawl.RangeCoverage {
@@ -91,7 +91,7 @@ func joinCoverage(cs []crawl.RangeCoverage) []crawl.RangeCoverage {
 	for _, c := range cs {
 		if n := len(out); n > 0 {
 			p := &out[n-1]
-			if p.Proof == c.Proof && p.Why == "" && c.Why == "" && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
+			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
 				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
 				continue
 			}

@@ -14,7 +14,7 @@ func TestJoinCoverage(t *testing.T) {
 	in := []crawl.RangeCoverage{
 		c(0, 9, crawl.ProofCount, 0, 0, ""),
 		c(10, 19, crawl.ProofCount, 5, 5, ""),
-		c(20, 29, crawl.ProofUnproven, 3, 4, "short"), // a reason: kept apart
+		c(20, 29, crawl.ProofUnproven, 3, 4, "short"), // another proof: kept apart
 		c(30, 39, crawl.ProofCount, 1, 1, ""),
 		c(41, 49, crawl.ProofCount, 1, 1, ""), // a gap: kept apart
 		c(50, 59, crawl.ProofNIP77, 2, 0, ""), // another proof
