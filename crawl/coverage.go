@@ -256,12 +256,18 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 	return nil
 }
 
+// copies hands items to the store, with the created_at the receive path
+// scanned.
 func copies(items []Item) []rawstore.Copy {
 	out := make([]rawstore.Copy, len(items))
 	for i, it := range items {
-		out[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
+		out[i] = storeCopy(it)
 	}
 	return out
+}
+
+func storeCopy(it Item) rawstore.Copy {
+	return rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true}
 }
 
 // retryWalls runs the walls still incomplete once more, now that the whole

@@ -321,7 +321,7 @@ func fetchIDs(ctx context.Context, c *Conn, store *rawstore.Store, relay uint32,
 		for _, it := range res.page.Items {
 			if want[it.ID] {
 				delete(want, it.ID)
-				keep = append(keep, rawstore.Copy{ID: it.ID, Raw: it.Raw})
+				keep = append(keep, storeCopy(it))
 			}
 		}
 		bytes += int64(res.page.Bytes)

@@ -382,10 +382,7 @@ func (r *relayCrawl) refusedDial(err error) {
 func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
-		b.Events = make([]rawstore.Copy, len(items))
-		for i, it := range items {
-			b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
-		}
+		b.Events = copies(items)
 	}
 	var s shard.Shard
 	b.State = func() (map[string][]byte, []byte, error) {

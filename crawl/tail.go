@@ -69,7 +69,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			b := &rawstore.Batch{Relay: idx, Malformed: toStore(bad), Events: make([]rawstore.Copy, len(items))}
 			bytes := 0
 			for i, it := range items {
-				b.Events[i] = rawstore.Copy{ID: it.ID, Raw: it.Raw}
+				b.Events[i] = storeCopy(it)
 				// A far-future event must not move the resume point past now.
 				replayMax = max(replayMax, min(it.CreatedAt, c.opts.Now().Unix()))
 				bytes += len(it.Raw)

@@ -286,6 +286,7 @@ func (b *batch) add(n int64, line []byte, res *Result) {
 	}
 	reason := ""
 	var id [32]byte
+	var createdAt int64
 	switch {
 	case len(bytes.TrimRight(line, "\r\n")) > b.im.o.MaxLine:
 		reason = ReasonTooLong
@@ -297,7 +298,7 @@ func (b *batch) add(n int64, line []byte, res *Result) {
 		m, err := frame.Parse(b.wrap)
 		switch {
 		case err == nil && m.Label == frame.Event:
-			id = m.ID
+			id, createdAt = m.ID, m.CreatedAt
 		case json.Valid(raw):
 			reason = ReasonNotEvent
 		default:
@@ -318,7 +319,7 @@ func (b *batch) add(n int64, line []byte, res *Result) {
 		}
 		return
 	}
-	b.in.Events = append(b.in.Events, rawstore.Copy{ID: id, Raw: cp})
+	b.in.Events = append(b.in.Events, rawstore.Copy{ID: id, Raw: cp, CreatedAt: createdAt, Timed: true})
 	b.im.events.Add(1)
 	res.Events++
 }

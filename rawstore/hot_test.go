@@ -40,7 +40,7 @@ func TestLoadFromHotCopies(t *testing.T) {
 	}
 	defer s.Close()
 	r, _ := s.RelayIndex("wss://a")
-	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(1), []byte("good1")}}})
+	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(1), Raw: []byte("good1")}}})
 	items, _ := s.NextPending(0, 10)
 	if err := s.Load(&items[0]); err != nil || string(items[0].Raw) != "good1" || items[0].Relay != r {
 		t.Fatalf("hot load: %+v %v", items[0], err)

@@ -26,10 +26,18 @@ func idsKey(createdAt uint64, id *[32]byte) []byte {
 	return append(k, id[:]...)
 }
 
-// indexID adds c's T key to b if its created_at can be read. A copy whose
-// created_at is unreadable cannot be in any NIP-77 window anyway.
+// indexID adds c's T key to b if its created_at is known or can be read.
+// A copy whose created_at is unreadable cannot be in any NIP-77 window
+// anyway.
 func indexID(b *pebble.Batch, c *Copy) {
-	if _, ts, err := frame.EventFields(c.Raw); err == nil && ts >= 0 {
+	ts := c.CreatedAt
+	if !c.Timed {
+		var err error
+		if _, ts, err = frame.EventFields(c.Raw); err != nil {
+			return
+		}
+	}
+	if ts >= 0 {
 		_ = b.Set(idsKey(uint64(ts), &c.ID), nil, nil)
 	}
 }

@@ -16,6 +16,10 @@ import (
 type Copy struct {
 	ID  [32]byte // the top-level id scanned from Raw (not yet verified)
 	Raw []byte   // owned by the batch: the caller must not reuse it
+	// CreatedAt, if Timed, is the created_at scanned with ID, so that
+	// ingest, under its lock, need not scan Raw for it again.
+	CreatedAt int64
+	Timed     bool
 }
 
 // Malformed is a frame the scanner could not key by id. It is quarantined

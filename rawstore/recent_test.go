@@ -15,14 +15,14 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 		t.Run(fmt.Sprintf("%d commits between", between), func(t *testing.T) {
 			s := openTest(t)
 			r, _ := s.RelayIndex("wss://a")
-			late := &Batch{Relay: r, Events: []Copy{{id(0), []byte("good0")}, {id(1), []byte("good1")}, {id(-1), []byte("good-1")}}}
+			late := &Batch{Relay: r, Events: []Copy{{ID: id(0), Raw: []byte("good0")}, {ID: id(1), Raw: []byte("good1")}, {ID: id(-1), Raw: []byte("good-1")}}}
 			gen := s.recent.gen.Load()
 			known, err := s.lookup(late.Events)
 			if err != nil || len(known) != 0 {
 				t.Fatalf("lookup on an empty store: %v %v", known, err)
 			}
 			for i := range between { // ids 0 and 1 are stored by the first two
-				mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(i), []byte(fmt.Sprintf("good%d", i))}}})
+				mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(i), Raw: []byte(fmt.Sprintf("good%d", i))}}})
 			}
 			s.ingestMu.Lock()
 			res, err := s.ingestLocked(late, known, gen)
@@ -95,7 +95,7 @@ func TestConcurrentIngestsStoreEachIDOnce(t *testing.T) {
 func TestBatchState(t *testing.T) {
 	s := openTest(t)
 	r, _ := s.RelayIndex("wss://a")
-	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(1), []byte("good1")}}, Shards: map[string][]byte{"a": []byte("static"), "b": []byte("static")},
+	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(1), Raw: []byte("good1")}}, Shards: map[string][]byte{"a": []byte("static"), "b": []byte("static")},
 		State: func() (map[string][]byte, []byte, error) {
 			if s.ingestMu.TryLock() {
 				t.Error("State ran without the ingest lock")
@@ -112,7 +112,7 @@ func TestBatchState(t *testing.T) {
 		t.Errorf("relay record %+v", rel)
 	}
 	errStop := errors.New("stop")
-	_, err := s.Ingest(&Batch{Relay: r, Events: []Copy{{id(2), []byte("good2")}},
+	_, err := s.Ingest(&Batch{Relay: r, Events: []Copy{{ID: id(2), Raw: []byte("good2")}},
 		State: func() (map[string][]byte, []byte, error) { return nil, nil, errStop }})
 	if !errors.Is(err, errStop) {
 		t.Fatalf("Ingest returned %v, want State's error", err)

@@ -29,7 +29,7 @@ func mixedArchive(t *testing.T, s *Store, seed uint64) {
 			case 1:
 				body = "bad-only" + fmt.Sprint(n)
 			}
-			evs = append(evs, Copy{id(n), []byte(body)})
+			evs = append(evs, Copy{ID: id(n), Raw: []byte(body)})
 		}
 		relay := r1
 		if b%2 == 1 {

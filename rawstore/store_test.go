@@ -95,11 +95,11 @@ func TestIngestDedupAndProvenance(t *testing.T) {
 	if r1 == r2 {
 		t.Fatal("relays share an index")
 	}
-	res := mustIngest(t, s, &Batch{Relay: r1, Events: []Copy{{id(1), []byte("good1")}, {id(2), []byte("good2")}, {id(1), []byte("good1")}}})
+	res := mustIngest(t, s, &Batch{Relay: r1, Events: []Copy{{ID: id(1), Raw: []byte("good1")}, {ID: id(2), Raw: []byte("good2")}, {ID: id(1), Raw: []byte("good1")}}})
 	if res.New != 2 || res.Duplicates != 1 {
 		t.Fatalf("first batch: %+v", res)
 	}
-	res = mustIngest(t, s, &Batch{Relay: r2, Events: []Copy{{id(1), []byte("good1")}}})
+	res = mustIngest(t, s, &Batch{Relay: r2, Events: []Copy{{ID: id(1), Raw: []byte("good1")}}})
 	if res.New != 0 || res.Duplicates != 1 {
 		t.Fatalf("second relay: %+v", res)
 	}
@@ -123,13 +123,13 @@ func TestIngestDedupAndProvenance(t *testing.T) {
 func TestForgedFirstThenValid(t *testing.T) {
 	s := openTest(t)
 	r, _ := s.RelayIndex("wss://a")
-	forged := Copy{id(7), []byte("forged-7")}
+	forged := Copy{ID: id(7), Raw: []byte("forged-7")}
 	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{forged}})
 	drain(t, s, judgeByContent)
 	if st := mustStats(t, s); st.Invalid != 1 || st.InvalidCopies["id-mismatch"] != 1 {
 		t.Fatalf("after forged: %+v", st)
 	}
-	res := mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(7), []byte("good-7")}, {id(7), []byte("good-7")}}})
+	res := mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(7), Raw: []byte("good-7")}, {ID: id(7), Raw: []byte("good-7")}}})
 	if res.Variants != 1 || res.Duplicates != 1 {
 		t.Fatalf("valid copy: %+v", res)
 	}
@@ -161,7 +161,7 @@ func TestForgedFirstThenValid(t *testing.T) {
 func TestForgedAndValidInOneBatch(t *testing.T) {
 	s := openTest(t)
 	r, _ := s.RelayIndex("wss://a")
-	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(3), []byte("bad-3")}, {id(3), []byte("good-3")}, {id(4), []byte("good-4")}}})
+	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(3), Raw: []byte("bad-3")}, {ID: id(3), Raw: []byte("good-3")}, {ID: id(4), Raw: []byte("good-4")}}})
 	drain(t, s, judgeByContent)
 	st := mustStats(t, s)
 	if st.Events != 2 || st.Valid != 2 || st.Invalid != 0 || st.InvalidCopies["id-mismatch"] != 1 {
@@ -178,7 +178,7 @@ func TestMalformedAndReset(t *testing.T) {
 	defer func() { s.Close() }()
 	r, _ := s.RelayIndex("wss://a")
 	mustIngest(t, s, &Batch{Relay: r,
-		Events:    []Copy{{id(1), []byte("good1")}, {id(2), []byte("bad2")}},
+		Events:    []Copy{{ID: id(1), Raw: []byte("good1")}, {ID: id(2), Raw: []byte("bad2")}},
 		Malformed: []Malformed{{Raw: []byte(`["EVENT","s",{]`), Reason: "malformed"}},
 	})
 	// The same bad frame again (a page boundary re-sends it): counted once.
@@ -224,7 +224,7 @@ func TestShardStateAndReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := s.RelayIndex("wss://a")
-	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(1), []byte("good1")}}, Shards: map[string][]byte{"job": []byte("cursor-1")}, RelayRecord: []byte(`{"pages":1}`)})
+	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(1), Raw: []byte("good1")}}, Shards: map[string][]byte{"job": []byte("cursor-1")}, RelayRecord: []byte(`{"pages":1}`)})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestShardStateAndReopen(t *testing.T) {
 		t.Fatalf("relays %+v", rel)
 	}
 	// The queue sequence continues after reopen instead of overwriting.
-	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{id(2), []byte("good2")}}})
+	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(2), Raw: []byte("good2")}}})
 	items, _ := s.NextPending(0, 10)
 	if len(items) != 2 || items[0].Seq >= items[1].Seq {
 		t.Fatalf("queue after reopen: %+v", items)
@@ -268,7 +268,7 @@ func TestCrashNeverLosesEventsBehindCursor(t *testing.T) {
 		for bn := 0; bn < batches; bn++ {
 			var evs []Copy
 			for j := 0; j < 50; j++ {
-				evs = append(evs, Copy{id(bn*1000 + j), []byte(fmt.Sprintf("good-%d-%d", bn, j))})
+				evs = append(evs, Copy{ID: id(bn*1000 + j), Raw: []byte(fmt.Sprintf("good-%d-%d", bn, j))})
 			}
 			cur := binary.BigEndian.AppendUint64(nil, uint64(bn))
 			mustIngest(t, s, &Batch{Relay: r, Events: evs, Shards: map[string][]byte{"j": cur}})

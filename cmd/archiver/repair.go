@@ -140,7 +140,7 @@ func fetchByID(ctx context.Context, store *rawstore.Store, url string, want map[
 		b := &rawstore.Batch{Relay: idx}
 		for _, it := range page.Items {
 			if want[it.ID] {
-				b.Events = append(b.Events, rawstore.Copy{ID: it.ID, Raw: it.Raw})
+				b.Events = append(b.Events, rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true})
 			}
 		}
 		res, err := store.Ingest(b)
