@@ -9,6 +9,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -59,7 +60,7 @@ type tally struct {
 
 // tally counts a page of shard s (as it stood when the page was asked)
 // and shows its authors to the known-author set.
-func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
+func (r *relayCrawl) tally(s shard.Shard, items []relayconn.Item, malformed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -98,7 +99,7 @@ func (r *relayCrawl) held(since, until int64) (int64, error) {
 }
 
 // observeAuthors shows items' authors to the known-author set.
-func (r *relayCrawl) observeAuthors(items []Item) {
+func (r *relayCrawl) observeAuthors(items []relayconn.Item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -258,7 +259,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 
 // copies hands items to the store, with the created_at the receive path
 // scanned.
-func copies(items []Item) []rawstore.Copy {
+func copies(items []relayconn.Item) []rawstore.Copy {
 	out := make([]rawstore.Copy, len(items))
 	for i, it := range items {
 		out[i] = storeCopy(it)
@@ -266,7 +267,7 @@ func copies(items []Item) []rawstore.Copy {
 	return out
 }
 
-func storeCopy(it Item) rawstore.Copy {
+func storeCopy(it relayconn.Item) rawstore.Copy {
 	return rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true}
 }
 

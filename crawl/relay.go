@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nostr-archiver/archiver/adaptive"
-	"github.com/nostr-archiver/archiver/shard"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/nostr-archiver/archiver/shard"
 
 	"github.com/nostr-archiver/archiver/nip11"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -365,7 +367,7 @@ func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 
 // refusedDial records a failed connection attempt.
 func (r *relayCrawl) refusedDial(err error) {
-	if errors.Is(err, ErrTooManyRequests) {
+	if errors.Is(err, relayconn.ErrTooManyRequests) {
 		r.refusal("http-429", adaptive.HTTP429)
 	} else {
 		r.refusal("dial-error", 0)
@@ -379,7 +381,7 @@ func (r *relayCrawl) refusedDial(err error) {
 // disk in queue order while r.mu is held only for that moment: the
 // relay's other workers keep paging during the commit. It returns the
 // shard as it now stands.
-func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
+func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
 		b.Events = copies(items)

@@ -1,4 +1,4 @@
-package crawl
+package relayconn
 
 import (
 	"bytes"
@@ -22,8 +22,8 @@ import (
 // HTTP 429: a per-IP connection or rate limit.
 var ErrTooManyRequests = errors.New("HTTP 429 on connect")
 
-// errConnClosed ends every subscription of a connection that went away.
-var errConnClosed = errors.New("connection closed")
+// ErrConnClosed ends every subscription of a connection that went away.
+var ErrConnClosed = errors.New("connection closed")
 
 // EndKind says how a page ended.
 type EndKind uint8
@@ -41,9 +41,8 @@ func (k EndKind) String() string {
 	return [...]string{"eose", "closed", "notice", "timeout", "conn-lost", "overflow"}[k]
 }
 
-// Malformed is a frame that does not parse, kept for quarantine. The
-// transport knows nothing of the store: the crawl hands these to it as
-// rawstore.Malformed (see toStore).
+// Malformed is a frame that does not parse, kept for quarantine (the
+// crawl converts it to the store's own type).
 type Malformed struct {
 	Raw    []byte
 	Reason string
@@ -235,6 +234,9 @@ func (c *Conn) Close() {
 	<-c.done
 	<-c.pingDone
 }
+
+// URL is the relay's address as dialed.
+func (c *Conn) URL() string { return c.url }
 
 // Done is closed when the connection has gone away.
 func (c *Conn) Done() <-chan struct{} { return c.done }
@@ -512,9 +514,9 @@ func (c *Conn) OnClose(_ *gws.Conn, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err == nil {
-		err = errConnClosed
+		err = ErrConnClosed
 	}
-	c.closeErr = fmt.Errorf("%w: %v", errConnClosed, err)
+	c.closeErr = fmt.Errorf("%w: %v", ErrConnClosed, err)
 	for _, s := range c.subs {
 		c.finishLocked(s, EndConnLost, err.Error())
 	}
