@@ -345,8 +345,8 @@ func (c *Conn) request(ctx context.Context, verb string, filter []byte, limit in
 		c.forget(s)
 		return &s.page, nil
 	}
-	tick := time.NewTicker(min(idle/4, time.Second))
-	defer tick.Stop()
+	idleTimer := time.NewTimer(idle)
+	defer idleTimer.Stop()
 wait:
 	for {
 		select {
@@ -356,11 +356,15 @@ wait:
 			c.forget(s)
 			_ = c.write(closeMsg(s.id))
 			return nil, ctx.Err()
-		case <-tick.C:
-			if time.Since(time.Unix(0, s.last.Load())) > idle {
-				c.finish(s, EndTimeout, "")
-				break wait
+		case <-idleTimer.C:
+			// Frames since the timer was set moved the deadline on: the
+			// page ends idle after its last frame, not at a tick after.
+			if left := idle - time.Since(time.Unix(0, s.last.Load())); left > 0 {
+				idleTimer.Reset(left)
+				continue
 			}
+			c.finish(s, EndTimeout, "")
+			break wait
 		}
 	}
 	c.forget(s)
