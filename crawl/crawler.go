@@ -75,6 +75,9 @@ type Options struct {
 	AuthKeys *AuthKeys
 	// Dialer, if set, opens the TCP connections (relayconn.DialOptions.NetDial).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// jitter, if set, picks each backoff in [d/2, d] (relayconn.Backoff):
+	// tests fix it to assert the exact schedule.
+	jitter func(d time.Duration) time.Duration
 }
 
 // pingInterval keeps NAT and proxies from dropping a quiet connection.

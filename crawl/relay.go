@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,19 +418,9 @@ type shardAdvance struct {
 	cursor int64
 }
 
-// backoff sleeps for the attempt-th retry: exponential with full jitter.
+// backoff sleeps for the attempt-th retry (relayconn.Backoff).
 func (c *Crawler) backoff(ctx context.Context, attempt int) error {
-	d := c.opts.BackoffMin << min(attempt, 16)
-	d = min(d, c.opts.BackoffMax)
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return relayconn.Backoff{Min: c.opts.BackoffMin, Max: c.opts.BackoffMax, Jitter: c.opts.jitter}.Wait(ctx, attempt)
 }
 
 // untilText shows a range's upper bound; 0 is none.
