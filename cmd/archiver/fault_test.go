@@ -20,6 +20,7 @@ func runFor(t *testing.T, d time.Duration, args ...string) (code int, stdout, st
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = childEnv()
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
