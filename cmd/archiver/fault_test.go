@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,4 +125,40 @@ func TestDamagedArchiveRepair(t *testing.T) {
 		t.Fatalf("check after repair: exit %d\n%s%s", code, stdout, stderr)
 	}
 	assertExport(t, data, f)
+}
+
+// The line `archiver crawl` prints per relay names the damage the store
+// met during the run. Before: the relay's line read `drained`, and only a
+// global message at the end said the archive was damaged.
+func TestCrawlLineNamesDamage(t *testing.T) {
+	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 600})
+	r := relay(t, testrelay.Options{}, f)
+	data := filepath.Join(t.TempDir(), "archive")
+	line := func(stderr string) string {
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, r.URL()+": ") {
+				return l
+			}
+		}
+		t.Fatalf("no line for %s:\n%s", r.URL(), tail(stderr))
+		return ""
+	}
+	code, _, stderr := runFor(t, time.Minute, "crawl", "--data", data, r.URL())
+	if l := line(stderr); code != 0 || l != r.URL()+": drained" {
+		t.Fatalf("crawl of a sound archive: exit %d, line %q", code, l)
+	}
+	// A writable open replays the WAL into tables and blob files.
+	if code, _, stderr := runFor(t, time.Minute, "reprocess", "--data", data); code != 0 {
+		t.Fatalf("reprocess: exit %d\n%s", code, tail(stderr))
+	}
+	storetest.Garble(t, data, ".blob", 4096)
+	// A range of its own is a new job: every event is paged again, and
+	// the ingest meets the damaged copies.
+	code, _, stderr = runFor(t, time.Minute, "crawl", "--data", data, "--since", fmt.Sprint(f.Since), r.URL())
+	l := line(stderr)
+	t.Logf("crawl of a damaged archive: exit %d: %s", code, l)
+	if code != 1 || !strings.HasPrefix(l, r.URL()+": drained (not complete: the archive met ") ||
+		!strings.Contains(l, "damaged records during the run") || !strings.Contains(l, "archiver repair --data "+data) {
+		t.Errorf("crawl of a damaged archive: exit %d, line %q; want exit 1 and the damage named", code, l)
+	}
 }
