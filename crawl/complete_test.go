@@ -87,6 +87,9 @@ func TestCompleteness(t *testing.T) {
 				if proof == "" && tc.relay.SupportCount {
 					proof = crawl.ProofCount
 				}
+				if proof != "" && res[0].Proof != proof {
+					t.Errorf("result proof %q, want %q", res[0].Proof, proof)
+				}
 				for _, c := range rec.Coverage {
 					if proof != "" && c.Proof != proof {
 						t.Errorf("range %+v not proven by %s", c, proof)

@@ -37,6 +37,20 @@ const (
 	ProofUnproven = "unproven" // the relay's COUNT says more than paging (even again) yields
 )
 
+// proofStrength orders the proofs of a drained relay, weakest first.
+var proofStrength = map[string]int{ProofPaged: 1, ProofCount: 2, ProofNIP77: 3}
+
+// weakestProof is the proof every range of cs has at least ("" for none).
+func weakestProof(cs []RangeCoverage) string {
+	weakest := ""
+	for _, c := range cs {
+		if weakest == "" || proofStrength[c.Proof] < proofStrength[weakest] {
+			weakest = c.Proof
+		}
+	}
+	return weakest
+}
+
 // maxNegAudit bounds the ids of a range reconciled over NIP-77 in one
 // piece (the archive's side is held in memory, 40 bytes an id); larger
 // ranges are checked by COUNT.

@@ -323,7 +323,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	if len(unproven) > 0 {
 		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
-	return Result{Relay: r.url, Finish: FinishDrained}
+	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(coverage)}
 }
 
 // fail ends the relay's crawl with a terminal reason (the first one wins).
