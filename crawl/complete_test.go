@@ -38,7 +38,7 @@ func TestCompleteness(t *testing.T) {
 		relay   testrelay.Options
 		finish  string // drained, or the honest reason
 		detail  string
-		missing int    // valid events a relay never serves (the unproven case)
+		missing int    // valid events a relay never serves (the unproven case; -1: some)
 		proof   string // every range's proof when drained (default: count where the relay counts)
 	}{
 		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
@@ -58,6 +58,11 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
+		// A relay that answers broad filters with nothing looks empty;
+		// without COUNT or NIP-77 nothing proves it is.
+		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},
+			relay:  testrelay.Options{RefuseBroad: true},
+			finish: crawl.FinishUnproven, detail: "limit_scrapers", missing: 300},
 		// The same relay offering NIP-77: the audit reconciles each range,
 		// fetches by id what the pages never showed, and proves it.
 		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
@@ -111,14 +116,18 @@ func TestCompleteness(t *testing.T) {
 			// Unproven: what the relay served is archived, and the ranges
 			// that COUNT shows short are named.
 			got := a.exported(t)
-			if len(got) >= len(f.Valid) || len(got) < len(f.Valid)*9/10 {
+			if tc.missing > 0 && len(got) != max(len(f.Valid)-tc.missing, 0) ||
+				tc.missing < 0 && (len(got) >= len(f.Valid) || len(got) < len(f.Valid)*9/10) {
 				t.Errorf("archived %d of %d valid events", len(got), len(f.Valid))
 			}
 			unproven := 0
 			for _, c := range rec.Coverage {
 				if c.Proof == crawl.ProofUnproven {
 					unproven++
-					if c.Count <= c.Held || c.Why == "" || c.Repaged != 2 {
+					if c.Why == "" {
+						t.Errorf("unproven range %+v without a reason", c)
+					}
+					if tc.relay.SupportCount && (c.Count <= c.Held || c.Repaged != 2) {
 						t.Errorf("unproven range %+v: want count > held, a reason, and 2 re-pages", c)
 					}
 				}
@@ -127,6 +136,32 @@ func TestCompleteness(t *testing.T) {
 				t.Errorf("no range recorded unproven: %+v", rec.Coverage)
 			}
 		})
+	}
+}
+
+// A relay that holds nothing is drained only where it can say so: its
+// COUNT of 0 proves the range, paging alone does not (a relay that answers
+// broad filters with nothing pages exactly the same).
+func TestEmptyRelay(t *testing.T) {
+	for _, tc := range []struct {
+		counts bool
+		finish string
+		proof  string
+	}{
+		{counts: true, finish: crawl.FinishDrained, proof: crawl.ProofCount},
+		{counts: false, finish: crawl.FinishUnproven, proof: crawl.ProofUnproven},
+	} {
+		relay := startRelay(t, testrelay.Options{SupportCount: tc.counts}, nil)
+		a := openArchive(t)
+		res := a.crawl(t, crawl.Options{PageTimeout: time.Second}, relay.URL())
+		if res[0].Finish != tc.finish {
+			t.Errorf("COUNT %v: %v, want %s", tc.counts, res[0], tc.finish)
+		}
+		for _, c := range a.record(t).Coverage {
+			if c.Proof != tc.proof || c.Held != 0 {
+				t.Errorf("COUNT %v: range %+v, want proof %s holding 0", tc.counts, c, tc.proof)
+			}
+		}
 	}
 }
 

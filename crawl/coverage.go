@@ -179,7 +179,53 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		}
 		out = append(out, c)
 	}
+	if r.broadFilter() && servedNothing(out) {
+		for i := range out {
+			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
+		}
+	}
 	return out
+}
+
+// JoinCoverage joins neighbouring ranges (in the record's order) that
+// touch and were proven the same way for the same reason: a
+// crawl records one per shard, dozens of lines saying the same. What
+// they hold and count is summed.
+func JoinCoverage(cs []RangeCoverage) []RangeCoverage {
+	var out []RangeCoverage
+	for _, c := range cs {
+		if n := len(out); n > 0 {
+			p := &out[n-1]
+			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
+				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// whyEmpty is why a relay that served nothing at all is not proven empty.
+const whyEmpty = "the relay served no event at all and answers neither COUNT nor NIP-77 to show it holds none; " +
+	"some relays answer broad filters with nothing (nostr-rs-relay with limit_scrapers): try --kinds with --authors"
+
+// broadFilter reports whether the crawl's filter is one a relay may
+// refuse as a scraper's: nostr-rs-relay wants at least two of ids,
+// authors, kinds and tags.
+func (r *relayCrawl) broadFilter() bool {
+	return len(r.c.opts.Kinds) == 0 || len(r.c.opts.Authors) == 0
+}
+
+// servedNothing reports whether every range is merely paged and holds
+// nothing: the sign of a relay that answers each page with an empty EOSE.
+func servedNothing(cs []RangeCoverage) bool {
+	for _, c := range cs {
+		if c.Proof != ProofPaged || c.Held != 0 {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 // checkRange compares c's held count with the relay's COUNT for [since,

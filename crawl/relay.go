@@ -315,7 +315,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v could not be completed or proven complete (see the walls in stats)", incomplete)}
 	}
 	var unproven []string
-	for _, c := range r.rec.Coverage {
+	for _, c := range JoinCoverage(r.rec.Coverage) {
 		if c.Proof == ProofUnproven {
 			unproven = append(unproven, fmt.Sprintf("[%d, %s]: %s", c.Since, untilText(c.Until), c.Why))
 		}

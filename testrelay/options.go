@@ -134,6 +134,11 @@ type Options struct {
 	// hashes to 0 mod N. 0 means never.
 	OmitEvery   int
 	OmitForever bool
+	// RefuseBroad answers a REQ with any filter naming fewer than two of
+	// ids (which count two), authors, kinds and tags with an immediate EOSE
+	// and no events, as nostr-rs-relay does with limit_scrapers on: an open
+	// range then looks like an empty relay.
+	RefuseBroad bool
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool
