@@ -59,7 +59,7 @@ func TestCompleteness(t *testing.T) {
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
 		// A relay that answers broad filters with nothing looks empty;
-		// without COUNT or NIP-77 nothing proves it is.
+		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
 		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},
 			relay:  testrelay.Options{RefuseBroad: true},
 			finish: crawl.FinishUnproven, detail: "limit_scrapers", missing: 300},
@@ -139,29 +139,45 @@ func TestCompleteness(t *testing.T) {
 	}
 }
 
-// A relay that holds nothing is drained only where it can say so: its
-// COUNT of 0 proves the range, paging alone does not (a relay that answers
-// broad filters with nothing pages exactly the same).
+// A relay that served nothing is drained only where that is shown: its
+// COUNT of 0, or an answer to a filter without bounds (then the range is
+// truly empty: a job split in time often has empty parts). Paging alone
+// proves nothing, as a relay that answers broad filters with nothing
+// pages exactly the same.
 func TestEmptyRelay(t *testing.T) {
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 16, Events: 50, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		counts bool
+		name   string
+		relay  testrelay.Options
+		items  []testrelay.Item
 		finish string
 		proof  string
 	}{
-		{counts: true, finish: crawl.FinishDrained, proof: crawl.ProofCount},
-		{counts: false, finish: crawl.FinishUnproven, proof: crawl.ProofUnproven},
+		{"empty, counts", testrelay.Options{SupportCount: true}, nil, crawl.FinishDrained, crawl.ProofCount},
+		{"empty, no COUNT", testrelay.Options{}, nil, crawl.FinishUnproven, crawl.ProofUnproven},
+		{"events outside the range", testrelay.Options{}, f.Items, crawl.FinishDrained, crawl.ProofPaged},
+		{"events outside the range, broad filters refused", testrelay.Options{RefuseBroad: true}, f.Items, crawl.FinishUnproven, crawl.ProofUnproven},
 	} {
-		relay := startRelay(t, testrelay.Options{SupportCount: tc.counts}, nil)
-		a := openArchive(t)
-		res := a.crawl(t, crawl.Options{PageTimeout: time.Second}, relay.URL())
-		if res[0].Finish != tc.finish {
-			t.Errorf("COUNT %v: %v, want %s", tc.counts, res[0], tc.finish)
-		}
-		for _, c := range a.record(t).Coverage {
-			if c.Proof != tc.proof || c.Held != 0 {
-				t.Errorf("COUNT %v: range %+v, want proof %s holding 0", tc.counts, c, tc.proof)
+		t.Run(tc.name, func(t *testing.T) {
+			relay := startRelay(t, tc.relay, tc.items)
+			a := openArchive(t)
+			res := a.crawl(t, crawl.Options{PageTimeout: time.Second, Since: 1000, Until: 2000}, relay.URL())
+			if res[0].Finish != tc.finish {
+				t.Errorf("%v, want %s", res[0], tc.finish)
 			}
-		}
+			cov := a.record(t).Coverage
+			if len(cov) == 0 {
+				t.Fatal("no coverage recorded")
+			}
+			for _, c := range cov {
+				if c.Proof != tc.proof || c.Held != 0 {
+					t.Errorf("range %+v, want proof %s holding 0", c, tc.proof)
+				}
+			}
+		})
 	}
 }
 

@@ -179,7 +179,7 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		}
 		out = append(out, c)
 	}
-	if r.broadFilter() && servedNothing(out) {
+	if r.broadFilter() && servedNothing(out) && !r.servesBroad(ctx) {
 		for i := range out {
 			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
 		}
@@ -207,7 +207,7 @@ func JoinCoverage(cs []RangeCoverage) []RangeCoverage {
 }
 
 // whyEmpty is why a relay that served nothing at all is not proven empty.
-const whyEmpty = "the relay served no event at all and answers neither COUNT nor NIP-77 to show it holds none; " +
+const whyEmpty = "the relay served no event at all, not even to a filter without bounds, and answers neither COUNT nor NIP-77 to show it holds none; " +
 	"some relays answer broad filters with nothing (nostr-rs-relay with limit_scrapers): try --kinds with --authors"
 
 // broadFilter reports whether the crawl's filter is one a relay may
@@ -215,6 +215,14 @@ const whyEmpty = "the relay served no event at all and answers neither COUNT nor
 // authors, kinds and tags.
 func (r *relayCrawl) broadFilter() bool {
 	return len(r.c.opts.Kinds) == 0 || len(r.c.opts.Authors) == 0
+}
+
+// servesBroad asks the relay for any one event with the broadest filter
+// there is: one that answers it pages broad filters truly, so ranges it
+// paged as empty are empty (a job split in time often has empty parts).
+func (r *relayCrawl) servesBroad(ctx context.Context) bool {
+	page, _, err := r.fetch(ctx, []byte(`{"limit":1}`))
+	return err == nil && page.End == EndEOSE && len(page.Items) > 0
 }
 
 // servedNothing reports whether every range is merely paged and holds
