@@ -58,6 +58,15 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
+		// Relays that read since and until as strict bounds, against
+		// NIP-01: paging by until alone loses the rest of each second a
+		// page was cut in, and a wall's own second reads as empty.
+		{name: "until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+			relay: testrelay.Options{MaxLimit: 137, UntilExclusive: true}, finish: crawl.FinishDrained},
+		{name: "since and until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Wall: 400},
+			relay: with(clamped, func(o *testrelay.Options) {
+				o.SinceExclusive, o.UntilExclusive, o.SupportCount = true, true, true
+			}), finish: crawl.FinishDrained},
 		// A relay that answers broad filters with nothing looks empty;
 		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
 		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},

@@ -514,6 +514,7 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 			c.refuse("CLOSED", id, reason(o, "invalid", "bad filter: "+err.Error()))
 			return
 		}
+		f.strictBounds(o.SinceExclusive, o.UntilExclusive)
 		filters = append(filters, f)
 	}
 	if o.AuthRequired && !c.authed {

@@ -33,6 +33,10 @@ type Options struct {
 
 	// IgnoreUntil serves every filter as if it had no `until`.
 	IgnoreUntil bool
+	// SinceExclusive and UntilExclusive read a REQ's or COUNT's bounds as
+	// strict (since < created_at, created_at < until), as nostr-rs-relay
+	// before mid 2023 and relayer did both, against NIP-01.
+	SinceExclusive, UntilExclusive bool
 	// ExtraOutOfRange adds up to this many stored events just newer than
 	// `until` and as many just older than `since` to each page.
 	ExtraOutOfRange int
