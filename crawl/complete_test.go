@@ -67,6 +67,9 @@ func TestCompleteness(t *testing.T) {
 			relay: with(clamped, func(o *testrelay.Options) {
 				o.SinceExclusive, o.UntilExclusive, o.SupportCount = true, true, true
 			}), finish: crawl.FinishDrained},
+		{name: "strict bounds, NIP-77", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+			relay:  testrelay.Options{MaxLimit: 137, SinceExclusive: true, UntilExclusive: true, NIP77: true, OmitEvery: 50, OmitForever: true},
+			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 		// A relay that answers broad filters with nothing looks empty;
 		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
 		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},

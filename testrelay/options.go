@@ -33,7 +33,8 @@ type Options struct {
 
 	// IgnoreUntil serves every filter as if it had no `until`.
 	IgnoreUntil bool
-	// SinceExclusive and UntilExclusive read a REQ's or COUNT's bounds as
+	// SinceExclusive and UntilExclusive read the bounds of a REQ's, COUNT's
+	// or NEG-OPEN's filter as
 	// strict (since < created_at, created_at < until), as nostr-rs-relay
 	// before mid 2023 and relayer did both, against NIP-01.
 	SinceExclusive, UntilExclusive bool
