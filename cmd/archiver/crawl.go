@@ -9,6 +9,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 )
 
 func runCrawl(args []string) int {
@@ -129,7 +130,7 @@ func runCrawl(args []string) int {
 	proofs := map[string]crawl.SyncResult{}
 	if *prove && opts.Kinds == nil && opts.Authors == nil {
 		so := crawl.SyncOptions{Store: store, Logger: log, Since: opts.Since, Until: -1, Idle: *timeout, OnlyIfListed: true,
-			Dial: crawl.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+			Dial: relayconn.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
 		if *until != "" {
 			so.Until = opts.Until
 		}
