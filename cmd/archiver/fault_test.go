@@ -84,6 +84,7 @@ func TestFullDisk(t *testing.T) {
 // and then check passes and export is exact again. Before: stats said
 // all valid, export panicked after a half-written line.
 func TestDamagedArchiveRepair(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 3000})
 	r := relay(t, testrelay.Options{MaxLimit: 500}, f)
 	data := filepath.Join(t.TempDir(), "archive")
@@ -131,6 +132,7 @@ func TestDamagedArchiveRepair(t *testing.T) {
 // met during the run. Before: the relay's line read `drained`, and only a
 // global message at the end said the archive was damaged.
 func TestCrawlLineNamesDamage(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 600})
 	r := relay(t, testrelay.Options{}, f)
 	data := filepath.Join(t.TempDir(), "archive")
