@@ -26,7 +26,7 @@ func FuzzStoredBytes(f *testing.F) {
 		var ce *CorruptError
 		if _, raw, err := decodeEvent(key, v); err != nil && !errors.As(err, &ce) {
 			t.Fatalf("decodeEvent: %v is not a CorruptError", err)
-		} else if err == nil && len(raw) != len(v)-eventHeaderLen {
+		} else if err == nil && len(raw) != len(v)-eventHeaderSize(v) {
 			t.Fatalf("decodeEvent: %d raw bytes of a %d-byte record", len(raw), len(v))
 		}
 		if _, _, _, err := decodeVerdict(key, v); err != nil && !errors.As(err, &ce) {

@@ -87,10 +87,10 @@ func (s *Store) EnsureIDIndex() error {
 		if err != nil {
 			return fmt.Errorf("rawstore: build id index: %w", err)
 		}
-		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
+		if len(it.Key()) != 1+idLen || eventHeaderSize(v) == 0 {
 			continue
 		}
-		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
+		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: eventRaw(v)}
 		indexID(b, &c)
 		if b.Len() > 4<<20 {
 			if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
@@ -174,7 +174,7 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 		if err != nil {
 			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
 		}
-		if len(v) < eventHeaderLen {
+		if eventHeaderSize(v) == 0 {
 			return nil
 		}
 		if binary.BigEndian.Uint32(v[1:5]) != relay {
@@ -186,7 +186,7 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 			}
 			closer.Close()
 		}
-		if match == nil || match(v[eventHeaderLen:]) {
+		if match == nil || match(eventRaw(v)) {
 			n++
 		}
 		return nil
