@@ -282,6 +282,7 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
 	_ = b.Delete(indexBuildKey, nil)
 	_ = b.Set(indexMarkKey, nil, nil)
+	_ = b.Set(deletionMarkKey, nil, nil)
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err
