@@ -190,7 +190,8 @@ func (s *Store) markIndexesIfEmpty() error {
 }
 
 // BuildIndexes indexes every valid event of an archive from before the
-// indexes, and marks them complete. It resumes where an interrupted build
+// indexes, and marks them complete; of an archive indexed before the
+// deletion index, it indexes the deletion requests (see deletion.go). It resumes where an interrupted build
 // stopped; progress, if not nil, is called after each batch with the
 // events indexed so far in this run. Verdicts applied meanwhile index
 // themselves, so it may run alongside a verify pool.
