@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/filter"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
 )
@@ -197,4 +199,50 @@ func TestDeletionCounts(t *testing.T) {
 	}
 	c.drain(t)
 	check("verified again")
+}
+
+// TestQueryExceptDeleted: the events left out do not count toward a
+// limit, as with a relay that dropped them.
+func TestQueryExceptDeleted(t *testing.T) {
+	c := newDeletionCorpus(t)
+	deleted, err := c.store.DeletedIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alice [32]byte
+	h, _ := c.store.Lookup(c.ids["a1"])
+	if e, err := event.Parse(h.Primary); err == nil {
+		alice = e.PubKey
+	}
+	names := func(q func([]filter.Filter, func(*event.Event, []byte) error) error, f string) []string {
+		t.Helper()
+		fs, err := filter.Parse([]byte(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		if err := q(fs, func(e *event.Event, _ []byte) error { out = append(out, c.names[e.ID]); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	all := names(c.store.Query, fmt.Sprintf(`{"authors":["%x"]}`, alice))
+	var kept []string
+	for _, n := range all {
+		if _, gone := deleted[c.ids[n]]; !gone {
+			kept = append(kept, n)
+		}
+	}
+	except := func(fs []filter.Filter, fn func(*event.Event, []byte) error) error {
+		return c.store.QueryExcept(false, deleted, fs, fn)
+	}
+	for _, limit := range []int{1, 6, 8, 100} { // 6 and 8 reach past deleted events
+		got := names(except, fmt.Sprintf(`{"authors":["%x"],"limit":%d}`, alice, limit))
+		if want := kept[:min(limit, len(kept))]; !slices.Equal(got, want) {
+			t.Errorf("limit %d: %q, want %q (all: %q)", limit, got, want, all)
+		}
+	}
+	if len(kept) == len(all) || len(kept) < 4 {
+		t.Fatalf("corpus: %d of alice's %d events kept", len(kept), len(all))
+	}
 }

@@ -93,6 +93,23 @@ func TestShowDeletionsAndFirstSeen(t *testing.T) {
 		t.Errorf("show: exit %d\n%s", code, stdout)
 	}
 
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--filter", "{}"}, 3},
+		{[]string{"--filter", "{}", "--honor-deletions"}, 2}, // the note its author asked to delete is left out
+		{[]string{"--filter", `{"kinds":[1,5],"limit":2}`, "--honor-deletions"}, 2},
+	} {
+		code, stdout, stderr, _ := run(t, dir, append([]string{"export", "--data", data}, tc.args...)...)
+		if n := strings.Count(stdout, "\n"); code != 0 || n != tc.want || tc.want == 2 && strings.Contains(stdout, `"id":"`+noteID) {
+			t.Errorf("export %q: exit %d, %d lines, want %d\n%s%s", tc.args, code, n, tc.want, stdout, stderr)
+		}
+	}
+	if code, _, _, _ := run(t, dir, "export", "--data", data, "--honor-deletions"); code != 2 {
+		t.Errorf("--honor-deletions without --filter: exit %d, want 2", code)
+	}
+
 	code, stdout, stderr, _ = run(t, dir, "stats", "--data", data, "--json")
 	var st struct {
 		Events    int64

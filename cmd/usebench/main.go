@@ -18,6 +18,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -140,7 +141,14 @@ func measureStore(ctx context.Context, data string, rep *report) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", data, err)
 	}
-	defer s.Close()
+	err = measureOpen(ctx, s, rep)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func measureOpen(ctx context.Context, s *rawstore.Store, rep *report) error {
 	db := s.DB()
 	progress("compacting the indexes")
 	if err := db.Compact(ctx, []byte{'I'}, []byte{'J'}, true); err != nil {
@@ -166,7 +174,7 @@ func measureStore(ctx context.Context, data string, rep *report) error {
 	if err != nil {
 		return fmt.Errorf("raw scan: %w", err)
 	}
-	return s.Close()
+	return nil
 }
 
 // samples is what the queries are drawn from: a random event's id,
@@ -250,7 +258,8 @@ func (s *samples) queries(n, limit int) []query {
 				return ""
 			}
 			t := tags[s.rnd.IntN(len(tags))]
-			return fmt.Sprintf(`{"#%s":[%q],"limit":%d}`, t[0], t[1], limit)
+			v, _ := json.Marshal(t[1]) // not %q: Go escapes are not JSON's
+			return fmt.Sprintf(`{"#%s":[%s],"limit":%d}`, t[0], v, limit)
 		}),
 		gen("time range (1 hour)", func() string {
 			at := s.since + s.rnd.Int64N(max(1, s.until-s.since))
