@@ -13,7 +13,6 @@ import (
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/filter"
-	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
 )
 
@@ -78,20 +77,10 @@ func newDeletionCorpus(t *testing.T) *deletionCorpus {
 		t.Fatal(err)
 	}
 	c.store = s
-	c.drain(t)
+	verifyAll(t, c.store)
 	return c
 }
 
-func (c *deletionCorpus) drain(t *testing.T) {
-	t.Helper()
-	pool, err := lazyparse.New(lazyparse.Options{Store: c.store, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Drain(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // deleted is DeletedIDs by name.
 func (c *deletionCorpus) deleted(t *testing.T) ([]string, error) {
@@ -197,7 +186,7 @@ func TestDeletionCounts(t *testing.T) {
 	if got, err := c.deleted(t); err != nil || len(got) != 0 {
 		t.Fatalf("after reset, before verifying: %q, %v", got, err)
 	}
-	c.drain(t)
+	verifyAll(t, c.store)
 	check("verified again")
 }
 
