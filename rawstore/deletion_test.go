@@ -81,7 +81,6 @@ func newDeletionCorpus(t *testing.T) *deletionCorpus {
 	return c
 }
 
-
 // deleted is DeletedIDs by name.
 func (c *deletionCorpus) deleted(t *testing.T) ([]string, error) {
 	t.Helper()
