@@ -39,6 +39,8 @@ import (
 
 type config struct {
 	archiver, jsonl, work, listen, out string
+	serveArgs                          string
+	reuse                              bool
 	samples                            int
 	limit                              int
 	seed                               uint64
@@ -57,6 +59,8 @@ func main() {
 	fs.IntVar(&c.samples, "samples", 300, "REQs per kind of query")
 	fs.IntVar(&c.limit, "limit", 500, "limit of the author, kind, tag and time-range REQs")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the query choice")
+	fs.BoolVar(&c.reuse, "reuse", false, "serve the archive a previous run left in -work: no import, no store measures")
+	fs.StringVar(&c.serveArgs, "serve-args", "", "extra `archiver serve` flags, space-separated (e.g. --cpuprofile FILE)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -84,25 +88,13 @@ func run(ctx context.Context, c config) error {
 	var rep report
 	rep.events = sam.events
 
-	// Storing alone, into a scratch archive, then the import a person
-	// runs: storing and verifying.
-	scratch := filepath.Join(c.work, "scratch")
-	if rep.storeTime, err = importFile(ctx, c.archiver, scratch, c.jsonl, "--no-verify"); err != nil {
-		return err
+	if !c.reuse {
+		if err := importAndMeasure(ctx, c, data, &rep); err != nil {
+			return err
+		}
 	}
-	if err := os.RemoveAll(scratch); err != nil {
-		return err
-	}
-	if rep.importTime, err = importFile(ctx, c.archiver, data, c.jsonl); err != nil {
-		return err
-	}
-
-	if err := measureStore(ctx, data, &rep); err != nil {
-		return err
-	}
-
 	progress("starting archiver serve")
-	srv, err := startServe(ctx, c.archiver, data, c.listen, sam.events)
+	srv, err := startServe(ctx, c.archiver, data, c.listen, sam.events, strings.Fields(c.serveArgs))
 	if err != nil {
 		return err
 	}
@@ -133,6 +125,24 @@ func run(ctx context.Context, c config) error {
 		return os.WriteFile(c.out, []byte(out), 0o644)
 	}
 	return nil
+}
+
+// importAndMeasure times storing alone, into a scratch archive, then the
+// import a person runs (storing and verifying) into data, and measures
+// the store.
+func importAndMeasure(ctx context.Context, c config, data string, rep *report) error {
+	scratch := filepath.Join(c.work, "scratch")
+	var err error
+	if rep.storeTime, err = importFile(ctx, c.archiver, scratch, c.jsonl, "--no-verify"); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(scratch); err != nil {
+		return err
+	}
+	if rep.importTime, err = importFile(ctx, c.archiver, data, c.jsonl); err != nil {
+		return err
+	}
+	return measureStore(ctx, data, rep)
 }
 
 // importFile times `archiver import` of file into a new archive in data.
@@ -295,8 +305,9 @@ type server struct {
 	done chan error
 }
 
-func startServe(ctx context.Context, bin, data, listen string, events int64) (*server, error) {
-	cmd := exec.CommandContext(ctx, bin, "serve", "--data", data, "--listen", listen, "--max-limit", fmt.Sprint(events))
+func startServe(ctx context.Context, bin, data, listen string, events int64, extra []string) (*server, error) {
+	args := append([]string{"serve", "--data", data, "--listen", listen, "--max-limit", fmt.Sprint(events)}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -381,16 +392,23 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseco
 
 func (r *report) markdown() string {
 	var b strings.Builder
-	n := float64(r.events)
 	fmt.Fprintf(&b, "%d events.\n\n| measure | value |\n|---|---|\n", r.events)
-	fmt.Fprintf(&b, "| `archiver import` (verifying) | %v, %s events/s |\n", r.importTime.Round(time.Millisecond), rate(r.events, r.importTime))
-	fmt.Fprintf(&b, "| `archiver import --no-verify` (storing only) | %v, %s events/s |\n", r.storeTime.Round(time.Millisecond), rate(r.events, r.storeTime))
-	fmt.Fprintf(&b, "| indexes on disk, compacted | %.1f B/event (whole archive %.0f B/event) |\n", float64(r.indexBytes)/n, float64(r.archiveBytes)/n)
-	fmt.Fprintf(&b, "| raw scan of the store (ForEachValid) | %d events in %v: %s events/s, %s |\n", r.scanEvents, r.scanTime.Round(time.Millisecond), rate(r.scanEvents, r.scanTime), mb(r.scanBytes, r.scanTime))
+	if r.importTime > 0 {
+		r.storeRows(&b)
+	}
 	fmt.Fprintf(&b, "| bulk download from serve (one REQ, to EOSE) | %d events in %v: %s events/s, %s of frames |\n", r.bulkEvents, r.bulkTime.Round(time.Millisecond), rate(r.bulkEvents, r.bulkTime), mb(r.bulkBytes, r.bulkTime))
 	fmt.Fprintf(&b, "\n| REQ by | REQs | events per REQ (mean) | p50 ms | p99 ms |\n|---|---|---|---|---|\n")
 	for _, q := range r.reqs {
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %s | %s |\n", q.name, len(q.durations), float64(q.events)/float64(len(q.durations)), ms(q.pct(0.5)), ms(q.pct(0.99)))
 	}
 	return b.String()
+}
+
+// storeRows are the import and store measures.
+func (r *report) storeRows(b *strings.Builder) {
+	n := float64(r.events)
+	fmt.Fprintf(b, "| `archiver import` (verifying) | %v, %s events/s |\n", r.importTime.Round(time.Millisecond), rate(r.events, r.importTime))
+	fmt.Fprintf(b, "| `archiver import --no-verify` (storing only) | %v, %s events/s |\n", r.storeTime.Round(time.Millisecond), rate(r.events, r.storeTime))
+	fmt.Fprintf(b, "| indexes on disk, compacted | %.1f B/event (whole archive %.0f B/event) |\n", float64(r.indexBytes)/n, float64(r.archiveBytes)/n)
+	fmt.Fprintf(b, "| raw scan of the store (ForEachValid) | %d events in %v: %s events/s, %s |\n", r.scanEvents, r.scanTime.Round(time.Millisecond), rate(r.scanEvents, r.scanTime), mb(r.scanBytes, r.scanTime))
 }
