@@ -105,6 +105,10 @@ func run(ctx context.Context, c config) error {
 	}
 	defer conn.close()
 	for _, q := range sam.queries(c.samples, c.limit) {
+		if len(q.filters) == 0 {
+			progress("no event to ask for by %s", q.name)
+			continue
+		}
 		progress("REQ by %s", q.name)
 		r, err := conn.time(ctx, q)
 		if err != nil {
@@ -257,7 +261,8 @@ func (s *samples) queries(n, limit int) []query {
 	pick := func() *event.Event { return s.picks[s.rnd.IntN(len(s.picks))] }
 	gen := func(name string, f func() string) query {
 		q := query{name: name}
-		for len(q.filters) < n {
+		// Bounded: a corpus may have no event with such a tag.
+		for try := 0; len(q.filters) < n && try < 100*n; try++ {
 			if fl := f(); fl != "" {
 				q.filters = append(q.filters, fl)
 			}
