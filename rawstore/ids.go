@@ -87,7 +87,7 @@ func (s *Store) EnsureIDIndex() error {
 		if err != nil {
 			return fmt.Errorf("rawstore: build id index: %w", err)
 		}
-		if len(it.Key()) != 1+idLen || eventHeaderSize(v) == 0 {
+		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
 			continue
 		}
 		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: eventRaw(v)}
@@ -174,7 +174,7 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 		if err != nil {
 			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
 		}
-		if eventHeaderSize(v) == 0 {
+		if len(v) < eventHeaderLen {
 			return nil
 		}
 		if binary.BigEndian.Uint32(v[1:5]) != relay {

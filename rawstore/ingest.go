@@ -175,7 +175,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		}
 		switch {
 		case stored == nil:
-			v := eventValue(in.Relay, seen, c.Raw)
+			v := eventHeader(seen, len(c.Raw))
+			binary.BigEndian.PutUint32(v[1:], in.Relay)
+			v = append(v, c.Raw...)
 			_ = b.Set(eventKey(&c.ID), v, nil)
 			indexID(b, c)
 			seq := s.pendingSeq.Add(1)

@@ -22,18 +22,23 @@ const (
 // eventValue is the E or A value of a copy first received from relay at
 // seen (version 1 when seen is unknown).
 func eventValue(relay, seen uint32, raw []byte) []byte {
-	n := eventHeaderLen
-	if seen != 0 {
-		n = eventHeaderLenV2
-	}
-	v := make([]byte, n, n+len(raw))
-	v[0] = eventV1
+	v := eventHeader(seen, len(raw))
 	binary.BigEndian.PutUint32(v[1:], relay)
-	if seen != 0 {
-		v[0] = eventV2
-		binary.BigEndian.PutUint32(v[eventHeaderLen:], seen)
-	}
 	return append(v, raw...)
+}
+
+// eventHeader is the header of an E or A value first seen at seen, with
+// room for rawLen bytes; the caller sets its relay (v[1:5]).
+func eventHeader(seen uint32, rawLen int) []byte {
+	if seen == 0 {
+		v := make([]byte, eventHeaderLen, eventHeaderLen+rawLen)
+		v[0] = eventV1
+		return v
+	}
+	v := make([]byte, eventHeaderLenV2, eventHeaderLenV2+rawLen)
+	v[0] = eventV2
+	binary.BigEndian.PutUint32(v[eventHeaderLen:], seen)
+	return v
 }
 
 // eventHeaderSize is the header length of an E or A value, 0 if v is not
