@@ -90,7 +90,7 @@ func (s *Store) EnsureIDIndex() error {
 		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
 			continue
 		}
-		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
+		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: eventRaw(v)}
 		indexID(b, &c)
 		if b.Len() > 4<<20 {
 			if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
@@ -186,7 +186,7 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 			}
 			closer.Close()
 		}
-		if match == nil || match(v[eventHeaderLen:]) {
+		if match == nil || match(eventRaw(v)) {
 			n++
 		}
 		return nil

@@ -64,6 +64,9 @@ type Options struct {
 	// blocks: on a checksum mismatch Pebble searches the block for one
 	// flipped bit, which costs its size squared per read.
 	BlockSize int
+	// Now is the clock of first-seen times (default time.Now; tests
+	// inject one).
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -72,6 +75,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 32 << 20
@@ -449,21 +455,28 @@ func (s *Store) get(key []byte) ([]byte, error) {
 // Sources returns the relays that served id: the first one, then the
 // others in index order.
 func (s *Store) Sources(id [32]byte) ([]uint32, error) {
+	out, _, err := s.sightings(id)
+	return out, err
+}
+
+// sightings is Sources with when each source first served the id.
+func (s *Store) sightings(id [32]byte) ([]uint32, []int64, error) {
 	v, err := s.get(eventKey(&id))
-	if err != nil || v == nil {
-		return nil, err
+	if err != nil || eventHeaderSize(v) == 0 {
+		return nil, nil, err
 	}
-	out := []uint32{binary.BigEndian.Uint32(v[1:5])}
+	out, seen := []uint32{binary.BigEndian.Uint32(v[1:5])}, []int64{eventSeen(v)}
 	p := append([]byte{prefixProven}, id[:]...)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		out = append(out, binary.BigEndian.Uint32(it.Key()[1+idLen:]))
+		seen = append(seen, provSeen(it.Value()))
 	}
-	return out, it.Error()
+	return out, seen, it.Error()
 }
 
 type zapPebbleLogger struct {
