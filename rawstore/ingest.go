@@ -178,7 +178,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
 			_ = b.Set(eventKey(&c.ID), v, nil)
-			indexID(b, c)
+			indexID(b, c, in.Relay)
 			seq := s.pendingSeq.Add(1)
 			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
 			inBatch[c.ID] = v
