@@ -177,6 +177,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			v[0] = 1
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
+			if s.ids != nil {
+				s.ids.add(&c.ID) // before the commit: see idFilter
+			}
 			_ = b.Set(eventKey(&c.ID), v, nil)
 			indexID(b, c, in.Relay)
 			seq := s.pendingSeq.Add(1)
@@ -290,7 +293,8 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	return res, nil
 }
 
-// lookup returns the stored E values of the ids of evs that exist. One
+// lookup returns the stored E values of the ids of evs that exist,
+// looking up only those the id filter cannot prove new. One
 // iterator serves the batch in id order: a prefix seek consults the bloom
 // filters (of every level: see Open) without Get's per-call iterator
 // setup, and sorted seeks reuse the blocks they load.
@@ -299,9 +303,14 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 	if len(evs) == 0 {
 		return found, nil
 	}
-	keys := make([][]byte, len(evs))
+	keys := make([][]byte, 0, len(evs))
 	for i := range evs {
-		keys[i] = eventKey(&evs[i].ID)
+		if s.ids == nil || !s.ids.proveNew(&evs[i].ID) {
+			keys = append(keys, eventKey(&evs[i].ID))
+		}
+	}
+	if len(keys) == 0 {
+		return found, nil
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	// UseL6Filters: Pebble skips the last level's filters unless asked,
