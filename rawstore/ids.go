@@ -29,20 +29,24 @@ func idsKey(createdAt uint64, id *[32]byte) []byte {
 	return append(k, id[:]...)
 }
 
-// indexID adds c's T key to b if its created_at is known or can be read.
-// A copy whose created_at is unreadable cannot be in any NIP-77 window
-// anyway.
-func indexID(b *pebble.Batch, c *Copy, relay uint32) {
+// indexID adds the T key of id, created at ts and first served by relay,
+// to b.
+func indexID(b *pebble.Batch, id *[32]byte, ts uint64, relay uint32) {
+	_ = b.Set(idsKey(ts, id), binary.BigEndian.AppendUint32(nil, relay), nil)
+}
+
+// copyTime returns c's created_at, scanning Raw if it was not given;
+// false if it is unreadable or negative: such a copy has no T key (it
+// cannot be in any NIP-77 window anyway).
+func copyTime(c *Copy) (uint64, bool) {
 	ts := c.CreatedAt
 	if !c.Timed {
 		var err error
 		if _, ts, err = frame.EventFields(c.Raw); err != nil {
-			return
+			return 0, false
 		}
 	}
-	if ts >= 0 {
-		_ = b.Set(idsKey(uint64(ts), &c.ID), binary.BigEndian.AppendUint32(nil, relay), nil)
-	}
+	return uint64(ts), ts >= 0
 }
 
 // markIDIndexIfEmpty marks the id index complete in a store without
@@ -94,7 +98,9 @@ func (s *Store) EnsureIDIndex() error {
 			continue
 		}
 		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
-		indexID(b, &c, binary.BigEndian.Uint32(v[1:5]))
+		if ts, ok := copyTime(&c); ok {
+			indexID(b, &c.ID, ts, binary.BigEndian.Uint32(v[1:5]))
+		}
 		if b.Len() > 4<<20 {
 			if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 				return err

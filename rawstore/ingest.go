@@ -2,6 +2,7 @@ package rawstore
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -149,11 +150,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	b := s.db.NewBatch()
 	defer b.Close()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
-	type hotEntry struct {
-		seq uint64
-		raw []byte
-	}
-	var hot []hotEntry
+	var fresh []newCopy
 	added := make(map[[32]byte]struct{}, len(in.Events))
 	var newIDs, dups int64
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
@@ -180,13 +177,10 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			if s.ids != nil {
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
-			_ = b.Set(eventKey(&c.ID), v, nil)
-			indexID(b, c, in.Relay)
-			seq := s.pendingSeq.Add(1)
-			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
 			inBatch[c.ID] = v
 			added[c.ID] = struct{}{}
-			hot = append(hot, hotEntry{seq, c.Raw})
+			ts, ok := copyTime(c)
+			fresh = append(fresh, newCopy{c: c, v: v, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok})
 			if !damaged {
 				newIDs++
 				res.New++
@@ -216,6 +210,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			}
 		}
 	}
+	setNew(b, fresh, in.Relay)
 	malformed := 0
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
@@ -287,10 +282,45 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if len(added) > 0 {
 		s.recent.add(added)
 	}
-	for _, h := range hot {
-		s.hot.add(h.seq, in.Relay, h.raw)
+	for _, f := range fresh {
+		s.hot.add(f.seq, in.Relay, f.c.Raw)
 	}
 	return res, nil
+}
+
+// newCopy is a primary copy ingest stores: its E value and queue seq.
+type newCopy struct {
+	c    *Copy
+	v    []byte
+	seq  uint64
+	ts   uint64 // created_at, for the T key
+	tsOK bool   // false: unreadable, no T key
+}
+
+// setNew puts the E, T and P keys of fresh in b, each kind together and
+// in key order: a memtable insert next to the one before it starts its
+// skiplist search there, where interleaved random ids searched from the
+// top each time. fresh ends in queue order.
+func setNew(b *pebble.Batch, fresh []newCopy, relay uint32) {
+	slices.SortFunc(fresh, func(x, y newCopy) int { return bytes.Compare(x.c.ID[:], y.c.ID[:]) })
+	for _, f := range fresh {
+		_ = b.Set(eventKey(&f.c.ID), f.v, nil)
+	}
+	slices.SortFunc(fresh, func(x, y newCopy) int {
+		if c := cmp.Compare(x.ts, y.ts); c != 0 {
+			return c
+		}
+		return bytes.Compare(x.c.ID[:], y.c.ID[:])
+	})
+	for _, f := range fresh {
+		if f.tsOK {
+			indexID(b, &f.c.ID, f.ts, relay)
+		}
+	}
+	slices.SortFunc(fresh, func(x, y newCopy) int { return cmp.Compare(x.seq, y.seq) })
+	for _, f := range fresh {
+		_ = b.Set(seqKey(prefixPending, f.seq), f.c.ID[:], nil)
+	}
 }
 
 // lookup returns the stored E values of the ids of evs that exist,
