@@ -78,14 +78,7 @@ func TestIDFilterReopen(t *testing.T) {
 	if res := mustIngest(t, s, batch(0, 500)); res.New != 500 {
 		t.Fatalf("first ingest: %+v", res)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	<-s.idsDone
 	if !s.ids.ready.Load() || s.ids.added.Load() != 500 {
 		t.Fatalf("filter after reopen: ready %v, %d ids added, want ready with 500", s.ids.ready.Load(), s.ids.added.Load())
