@@ -180,7 +180,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			inBatch[c.ID] = v
 			added[c.ID] = struct{}{}
 			ts, ok := copyTime(c)
-			fresh = append(fresh, newCopy{c: c, v: v, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok})
+			fresh = append(fresh, newCopy{c: c, v: v, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
 			if !damaged {
 				newIDs++
 				res.New++
@@ -295,31 +295,43 @@ type newCopy struct {
 	seq  uint64
 	ts   uint64 // created_at, for the T key
 	tsOK bool   // false: unreadable, no T key
+	idHi uint64 // the id's first 8 bytes, for sorting
 }
 
-// setNew puts the E, T and P keys of fresh in b, each kind together and
-// in key order: a memtable insert next to the one before it starts its
-// skiplist search there, where interleaved random ids searched from the
-// top each time. fresh ends in queue order.
+// setNew puts the E, T and P keys of fresh (in queue order) in b, each
+// kind together and in key order: a memtable insert next to the one
+// before it starts its skiplist search there, where interleaved random
+// ids searched from the top each time. It sorts pointers, compared by
+// the ids' first 8 bytes first: sorting the copies themselves cost half
+// as much as the sets.
 func setNew(b *pebble.Batch, fresh []newCopy, relay uint32) {
-	slices.SortFunc(fresh, func(x, y newCopy) int { return bytes.Compare(x.c.ID[:], y.c.ID[:]) })
-	for _, f := range fresh {
-		_ = b.Set(eventKey(&f.c.ID), f.v, nil)
+	order := make([]*newCopy, len(fresh))
+	for i := range fresh {
+		order[i] = &fresh[i]
 	}
-	slices.SortFunc(fresh, func(x, y newCopy) int {
-		if c := cmp.Compare(x.ts, y.ts); c != 0 {
+	byID := func(x, y *newCopy) int {
+		if c := cmp.Compare(x.idHi, y.idHi); c != 0 {
 			return c
 		}
 		return bytes.Compare(x.c.ID[:], y.c.ID[:])
+	}
+	slices.SortFunc(order, byID)
+	for _, f := range order {
+		_ = b.Set(eventKey(&f.c.ID), f.v, nil)
+	}
+	slices.SortFunc(order, func(x, y *newCopy) int {
+		if c := cmp.Compare(x.ts, y.ts); c != 0 {
+			return c
+		}
+		return byID(x, y)
 	})
-	for _, f := range fresh {
+	for _, f := range order {
 		if f.tsOK {
 			indexID(b, &f.c.ID, f.ts, relay)
 		}
 	}
-	slices.SortFunc(fresh, func(x, y newCopy) int { return cmp.Compare(x.seq, y.seq) })
-	for _, f := range fresh {
-		_ = b.Set(seqKey(prefixPending, f.seq), f.c.ID[:], nil)
+	for i := range fresh {
+		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].c.ID[:], nil)
 	}
 }
 
