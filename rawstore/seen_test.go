@@ -105,6 +105,7 @@ func TestFirstSeenOldArchive(t *testing.T) {
 	if err := s.db.Set(eventKey(&k), eventValue(a, 0, []byte("good1")), nil); err != nil {
 		t.Fatal(err)
 	}
+	s.ids.add(&k) // as opening an old archive would have (the filter is built from its E keys)
 	if err := s.db.Set(provKey(&k, b), nil, nil); err != nil {
 		t.Fatal(err)
 	}

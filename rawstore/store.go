@@ -118,6 +118,9 @@ type Store struct {
 	damage     damageLog // damaged records met since Open (see Damage)
 	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
+	ids        *idFilter     // proves ids new without a lookup; nil read-only
+
+	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
 
@@ -249,6 +252,21 @@ func Open(opts Options) (_ *Store, err error) {
 			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 		}
 	}
+	if !opts.ReadOnly {
+		stored, err := s.storedEvents()
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("rawstore: open %s: count events: %w", opts.Dir, err)
+		}
+		s.ids = newIDFilter(stored)
+		s.idsStop, s.idsDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(s.idsDone)
+			if err := s.buildIDFilter(s.ids, s.idsStop); err != nil {
+				opts.Logger.Warn("ingest looks every id up: the id filter could not be built", zap.String("dir", opts.Dir), zap.Error(err))
+			}
+		}()
+	}
 	if cMallocFree() >= 0 {
 		s.trimStop, s.trimDone = make(chan struct{}), make(chan struct{})
 		go trimLoop(s.trimStop, s.trimDone)
@@ -337,6 +355,10 @@ func (s *Store) lastKey(prefix []byte) ([]byte, error) {
 // Close flushes and closes the database. Every iterator and batch must be
 // finished first.
 func (s *Store) Close() error {
+	if s.idsStop != nil {
+		close(s.idsStop)
+		<-s.idsDone
+	}
 	if s.trimStop != nil {
 		close(s.trimStop)
 		<-s.trimDone
