@@ -53,6 +53,9 @@ type Options struct {
 	ErrorLog func(error)
 }
 
+// DefaultOptions are the limits zero fields of Options take.
+func DefaultOptions() Options { return Options{}.withDefaults() }
+
 func (o Options) withDefaults() Options {
 	def := func(v *int, d int) {
 		if *v <= 0 {
