@@ -108,6 +108,8 @@ func (c *conn) neg(id string, j *negJob) error {
 		switch {
 		case errors.Is(err, errCancelled):
 			return nil
+		case errors.Is(err, errStopped):
+			return err
 		case err != nil:
 			c.s.logErr(fmt.Errorf("serve: NEG-OPEN %q: %w", id, err))
 			return c.negFail(id, j.s, reason+err.Error())
@@ -131,6 +133,13 @@ func (c *conn) negOpen(j *negJob) (*negentropy.Neg, string, error) {
 	err := c.s.q.QueryIDs(j.filters, func(ts int64, id [32]byte) error {
 		if j.s.cancelled.Load() {
 			return errCancelled
+		}
+		if len(items)%4096 == 0 { // a large set takes a while: not past Close
+			select {
+			case <-c.stop:
+				return errStopped
+			default:
+			}
 		}
 		if len(items) >= c.s.o.MaxSyncEvents {
 			return errTooMany

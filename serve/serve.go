@@ -48,6 +48,9 @@ type Options struct {
 	WriteTimeout     time.Duration // per socket write; default 10s
 	MaxSyncEvents    int           // largest NIP-77 set, refused with "blocked:" above (strfry's max_sync_events); default 1,000,000
 	MaxSyncSessions  int           // open NIP-77 reconciliations per connection, each up to 40 B x MaxSyncEvents; default 2
+	// Listener, when set, is served instead of listening on Addr (a
+	// caller that binds early to report the error early: the daemon).
+	Listener net.Listener
 	// ErrorLog, when set, is told why a connection was dropped or a
 	// query failed.
 	ErrorLog func(error)
@@ -93,12 +96,15 @@ type Server struct {
 	wg     sync.WaitGroup // Serve, and every connection's reader and writer
 }
 
-// New starts serving q on o.Addr.
+// New starts serving q on o.Addr (or o.Listener).
 func New(q Querier, o Options) (*Server, error) {
 	o = o.withDefaults()
-	ln, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("serve: listen on %s: %w", o.Addr, err)
+	ln := o.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.Addr); err != nil {
+			return nil, fmt.Errorf("serve: listen on %s: %w", o.Addr, err)
+		}
 	}
 	s := &Server{q: q, o: o, ln: ln, conns: make(map[*conn]struct{}), info: infoDoc(&o)}
 	s.upgrader = gws.NewUpgrader(handler{}, &gws.ServerOption{
