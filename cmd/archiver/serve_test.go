@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nostr-archiver/archiver/daemon"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
@@ -81,4 +82,29 @@ func TestServeCrawledBack(t *testing.T) {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, <-drained)
 	}
 	<-drained
+}
+
+// `archiver run --serve` serves the archive it is writing: once the
+// relay is archived and verified, `archiver sync` (NIP-77) and `archiver
+// crawl` (REQ) from its serve port each reproduce exactly the relay's
+// valid events, while the daemon keeps running; SIGTERM then stops
+// serve and the daemon cleanly.
+func TestRunServes(t *testing.T) {
+	f := fixture(t, testrelay.FixtureOptions{Seed: 16, Events: 1500, Wall: 120, BadSigs: 4, ForgedIDs: 2})
+	r := relay(t, testrelay.Options{MaxLimit: 100}, f)
+	dir := t.TempDir()
+	serveAddr := freeAddr(t)
+	d := startDaemon(t, "--data", filepath.Join(dir, "a"), "--relay", r.URL(), "--serve", serveAddr)
+	d.waitStatus("backfill verified", func(st *daemon.Status) bool { return relayDone(r.URL())(st) && allVerified(len(f.Valid))(st) })
+	for _, cmd := range []string{"sync", "crawl"} {
+		b := filepath.Join(dir, cmd)
+		if code, _, stderr, _ := run(t, dir, cmd, "--data", b, "ws://"+serveAddr); code != 0 {
+			t.Fatalf("%s from the daemon's serve port: exit %d\n%s", cmd, code, stderr)
+		}
+		assertExport(t, b, f)
+	}
+	d.stop(syscall.SIGTERM)
+	if !strings.Contains(d.stderr.String(), `"msg":"serving the archive read-only"`) {
+		t.Fatalf("no serve start logged:\n%s", tail(d.stderr.String()))
+	}
 }
