@@ -58,3 +58,22 @@ func runServe(args []string) int {
 	}
 	return 0
 }
+
+// startServing serves the open store at data on o.Addr, once its indexes
+// are known complete (serve answers from them).
+func startServing(store *rawstore.Store, data string, o serve.Options, log *zap.Logger) (*serve.Server, error) {
+	ready, err := store.IndexesReady()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", data, err)
+	}
+	if !ready {
+		return nil, fmt.Errorf("%s: %w: run `archiver reprocess --index --data %s` once, then serve", data, rawstore.ErrNotIndexed, data)
+	}
+	o.ErrorLog = func(err error) { log.Info("serve", zap.Error(err)) }
+	srv, err := serve.New(store, o)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "serving %s read-only on %s\n", data, srv.URL())
+	return srv, nil
+}

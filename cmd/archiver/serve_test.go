@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"io"
 	"maps"
 	"os"
@@ -10,8 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nostr-archiver/archiver/daemon"
+	"github.com/nostr-archiver/archiver/internal/relayclient"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
@@ -107,4 +110,67 @@ func TestRunServes(t *testing.T) {
 	if !strings.Contains(d.stderr.String(), `"msg":"serving the archive read-only"`) {
 		t.Fatalf("no serve start logged:\n%s", tail(d.stderr.String()))
 	}
+}
+
+// `archiver crawl --serve` answers REQs while it crawls: verified events
+// of the relay only, each once; the crawl itself completes as without.
+func TestCrawlServes(t *testing.T) {
+	f := fixture(t, testrelay.FixtureOptions{Seed: 17, Events: 1000, BadSigs: 4, ForgedIDs: 2})
+	r := relay(t, testrelay.Options{MaxLimit: 50, Latency: 50 * time.Millisecond}, f)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "a")
+	cmd := archiver("crawl", "--data", data, "--serve", "127.0.0.1:0", r.URL())
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	rd := bufio.NewReader(stderrPipe)
+	var url string
+	for url == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("crawl ended before serving: %v", err)
+		}
+		if _, u, ok := strings.Cut(strings.TrimSpace(line), " on ws://"); ok {
+			url = "ws://" + u
+		}
+	}
+	rest := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(rd)
+		rest <- string(b)
+	}()
+	valid := map[string]bool{}
+	for _, v := range f.Valid {
+		valid[hex.EncodeToString(v.ID[:])] = true
+	}
+	// REQ until something is served: the crawl serves its archive as
+	// the verify pool judges it, before it exits.
+	c := relayclient.Dial(t, url)
+	for n := 0; n == 0; {
+		p := c.ReqRaw("all", `{}`)
+		if p.End.Label != "EOSE" {
+			t.Fatalf("REQ during the crawl ended %s", p.End.Raw)
+		}
+		seen := map[string]bool{}
+		for _, id := range p.IDs() {
+			if seen[id] || !valid[id] {
+				t.Fatalf("served during the crawl: %s twice, or not a valid event of the relay", id)
+			}
+			seen[id] = true
+		}
+		if n = len(seen); n > 0 {
+			t.Logf("%d of %d events served during the crawl", n, len(valid))
+		}
+	}
+	c.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("crawl --serve: %v\n%s", err, <-rest)
+	}
+	<-rest
+	assertExport(t, data, f)
 }
