@@ -21,6 +21,26 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
+// running starts a daemon on cfg, stopped (Run must return nil) when
+// the test ends.
+func running(t *testing.T, cfg *config.Config) *Daemon {
+	t.Helper()
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return d
+}
+
 // validNow is every event the store holds as valid at this moment.
 func validNow(t *testing.T, s *rawstore.Store) map[[32]byte]*event.Event {
 	t.Helper()
@@ -75,19 +95,7 @@ func TestServeWhileCrawling(t *testing.T) {
 	cfg.Relays[0].Live = false // a bounded job: it stops when done
 	cfg.Limits.MinFreeDiskBytes = 0
 	cfg.Serve.MaxLimit = 10_000 // one REQ returns the whole archive
-	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	d := running(t, cfg)
 	c := relayclient.Dial(t, "ws://"+d.ServeAddr())
 	defer c.Close()
 	author := f.Authors[0]

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,28 +130,21 @@ func TestGoNostrNegentropyAgainstServe(t *testing.T) {
 	v.Insert(nostr.Timestamp(a.all[0].CreatedAt), extra)
 	v.Seal()
 	theirs := gonegentropy.New(v, 4096)
-	type result struct{ have, need []string }
-	got := make(chan result, 1)
-	go func() { // their initiator reports ids on channels, closed at the end
-		var res result
-		haves, needs := theirs.Haves, theirs.HaveNots
-		for haves != nil || needs != nil {
-			select {
-			case id, ok := <-haves:
-				if !ok {
-					haves = nil
-				} else {
-					res.have = append(res.have, id)
-				}
-			case id, ok := <-needs:
-				if !ok {
-					needs = nil
-				} else {
-					res.need = append(res.need, id)
-				}
-			}
+	// Their initiator reports ids on channels, closed when it is done.
+	var have, need []string
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for id := range theirs.Haves {
+			have = append(have, id)
 		}
-		got <- res
+	}()
+	go func() {
+		defer wg.Done()
+		for id := range theirs.HaveNots {
+			need = append(need, id)
+		}
 	}()
 	c.SendRaw([]byte(`["NEG-OPEN","g",{},"` + theirs.Start() + `"]`))
 	for rounds := 0; ; rounds++ {
@@ -168,15 +162,15 @@ func TestGoNostrNegentropyAgainstServe(t *testing.T) {
 		c.Send("NEG-MSG", "g", next)
 	}
 	c.Send("NEG-CLOSE", "g")
-	res := <-got
-	slices.Sort(res.need)
+	wg.Wait()
+	slices.Sort(need)
 	slices.Sort(wantNeed)
-	if !slices.Equal(res.have, []string{extra}) || !slices.Equal(res.need, wantNeed) {
-		t.Fatalf("go-nostr has %d and needs %d ids, want 1 and %d", len(res.have), len(res.need), len(wantNeed))
+	if !slices.Equal(have, []string{extra}) || !slices.Equal(need, wantNeed) {
+		t.Fatalf("go-nostr has %d and needs %d ids, want 1 and %d", len(have), len(need), len(wantNeed))
 	}
 	var fetched []string
-	for i := 0; i < len(res.need); i += 100 {
-		p := c.Req("ids", map[string]any{"ids": res.need[i:min(i+100, len(res.need))]})
+	for i := 0; i < len(need); i += 100 {
+		p := c.Req("ids", map[string]any{"ids": need[i:min(i+100, len(need))]})
 		for _, raw := range p.Events {
 			var e nostr.Event
 			if err := json.Unmarshal(raw, &e); err != nil {

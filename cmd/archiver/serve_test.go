@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +18,37 @@ import (
 	"github.com/nostr-archiver/archiver/internal/relayclient"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
+
+// startServed starts archiver with args and waits for the URL it says
+// it serves on; the rest of its stderr arrives on rest once it exits.
+func startServed(t *testing.T, args ...string) (cmd *exec.Cmd, url string, rest <-chan string) {
+	t.Helper()
+	cmd = archiver(args...)
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	rd := bufio.NewReader(stderrPipe)
+	for url == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("archiver %s ended before serving: %v", args[0], err)
+		}
+		if _, u, ok := strings.Cut(strings.TrimSpace(line), " on ws://"); ok {
+			url = "ws://" + u
+		}
+	}
+	ch := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(rd)
+		ch <- string(b)
+	}()
+	return cmd, url, ch
+}
 
 // `archiver crawl` of what `archiver serve` serves from an imported
 // archive archives it exactly (byte-equal exports): our crawler against
@@ -43,31 +75,7 @@ func TestServeCrawledBack(t *testing.T) {
 		t.Fatalf("imported %d valid events, the fixture has %d", len(want), len(f.Valid))
 	}
 
-	srv := archiver("serve", "--data", a, "--listen", "127.0.0.1:0", "--max-limit", "50")
-	stderrPipe, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	rd := bufio.NewReader(stderrPipe)
-	var url string
-	for url == "" {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("serve ended before serving: %v", err)
-		}
-		if _, u, ok := strings.Cut(strings.TrimSpace(line), " on ws://"); ok {
-			url = "ws://" + u
-		}
-	}
-	drained := make(chan string, 1)
-	go func() {
-		rest, _ := io.ReadAll(rd)
-		drained <- string(rest)
-	}()
+	srv, url, drained := startServed(t, "serve", "--data", a, "--listen", "127.0.0.1:0", "--max-limit", "50")
 
 	if code, _, stderr, _ := run(t, dir, "crawl", "--data", b, url); code != 0 {
 		t.Fatalf("crawl of %s: exit %d\n%s", url, code, stderr)
@@ -119,31 +127,7 @@ func TestCrawlServes(t *testing.T) {
 	r := relay(t, testrelay.Options{MaxLimit: 50, Latency: 50 * time.Millisecond}, f)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "a")
-	cmd := archiver("crawl", "--data", data, "--serve", "127.0.0.1:0", r.URL())
-	stderrPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	rd := bufio.NewReader(stderrPipe)
-	var url string
-	for url == "" {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("crawl ended before serving: %v", err)
-		}
-		if _, u, ok := strings.Cut(strings.TrimSpace(line), " on ws://"); ok {
-			url = "ws://" + u
-		}
-	}
-	rest := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(rd)
-		rest <- string(b)
-	}()
+	cmd, url, rest := startServed(t, "crawl", "--data", data, "--serve", "127.0.0.1:0", r.URL())
 	valid := map[string]bool{}
 	for _, v := range f.Valid {
 		valid[hex.EncodeToString(v.ID[:])] = true
