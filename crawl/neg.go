@@ -357,14 +357,23 @@ func idsFilter(ids [][32]byte) []byte {
 	return append(f, `]}`...)
 }
 
-// negFilter is the NEG-OPEN filter of [since, until] (until < 0: none).
-func negFilter(since, until int64) []byte {
-	m := map[string]int64{"since": since}
+// negFilter is the NEG-OPEN filter of [since, until] (until < 0: none)
+// as a relay reading bounds b must be asked for it.
+func negFilter(b bounds, since, until int64) []byte {
+	var top *int64
 	if until >= 0 && until < maxUntil {
-		m["until"] = until
+		top = &until
 	}
-	b, _ := json.Marshal(m)
-	return b
+	s, u := b.widen(&since, top)
+	m := map[string]int64{}
+	if s != nil {
+		m["since"] = *s
+	}
+	if u != nil {
+		m["until"] = *u
+	}
+	out, _ := json.Marshal(m)
+	return out
 }
 
 // maxUntil stands for "no upper bound" in NIP-77 windows.
@@ -393,7 +402,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	if until == shard.OpenTop {
 		top = nil
 	}
-	f := r.c.opts.jobFilter(&since, top, 0).bytes()
+	f := r.jobFilter(&since, top, 0).bytes()
 	out, err := reconcileOn(ctx, pc.c, f, items, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)

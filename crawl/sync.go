@@ -121,6 +121,9 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		return fail(SyncFailed, err)
 	}
 	defer func() { c.Close() }()
+	b, _ := probeBounds(func(since, until *int64) ([]*Item, bool) {
+		return itemsOf(c.Req(ctx, (&Options{}).jobFilter(since, until, 1).bytes(), 1, o.Idle))
+	}, log)
 
 	todo := firstWindows(o.Since, until, items, rec.NegCap)
 	var unproven []string
@@ -129,7 +132,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		todo = todo[1:]
 		lo, hi := itemsIn(items, w.since, w.until)
 		at := o.Now().Unix()
-		out, err := reconcileOn(ctx, c, negFilter(w.since, w.until), items[lo:hi], o.Idle)
+		out, err := reconcileOn(ctx, c, negFilter(b, w.since, w.until), items[lo:hi], o.Idle)
 		res.Rounds += out.rounds
 		res.NegBytes += int64(out.bytes)
 		var ne *NegError

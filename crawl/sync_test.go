@@ -118,6 +118,9 @@ func TestSyncModes(t *testing.T) {
 		{name: "go-nostr responder", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096, NegResponder: goNostrResponder}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true}, outcome: crawl.SyncComplete, cap: 1000, windows: 4},
 		{name: "cap unnamed", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000}, outcome: crawl.SyncComplete, windows: 4},
+		// Windows meet at seconds a strict-bounds relay leaves out of both.
+		{name: "strict bounds, cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true, SinceExclusive: true, UntilExclusive: true},
+			outcome: crawl.SyncComplete, cap: 1000, windows: 4},
 		{name: "closed on idle", opts: testrelay.Options{NIP77: true, NegCloseEvery: 2, NegFrameLimit: 4096}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "notice only", opts: testrelay.Options{NegNoticeOnly: true}, outcome: crawl.SyncUnsupported, detail: "negentropy disabled"},
 		{name: "listed but refused", opts: testrelay.Options{ListNIP77: true}, outcome: crawl.SyncUnsupported, detail: "lists NIP-77"},
