@@ -458,7 +458,8 @@ func reasonClass(reason string) string {
 // queue is a min-heap of entries by due time.
 type queue []*entry
 
-func (q queue) Len() int           { return len(q) }
+func (q queue) Len() int { return len(q) }
+
 // Less orders by due time; among relays due at once (a start), those
 // that got through last time go first, so that on a restart the live
 // relays are dialed before the unknown and the failing.
