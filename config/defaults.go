@@ -28,7 +28,12 @@ func Defaults() Config {
 			PageTimeout:            Duration(cd.PageTimeout),
 			MinFreeDiskBytes:       1 * GiB,
 			StopTimeout:            Duration(60 * time.Second),
+			MaxDials:               64,
+			DialsPerSecond:         50,
+			BackoffMin:             Duration(time.Minute),
+			BackoffMax:             Duration(6 * time.Hour),
 		},
+		Discover: Discover{MaxRelays: 10000},
 	}
 }
 
