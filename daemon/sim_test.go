@@ -3,11 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,77 +15,48 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// deadRelay is a port where nothing speaks WebSocket: it accepts, counts
-// and hangs up, so a test can count the dials a dead relay gets.
-type deadRelay struct {
-	ln    net.Listener
-	dials atomic.Int64
-	wg    sync.WaitGroup
-}
-
-func newDeadRelay(t *testing.T) *deadRelay {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newDeadPort(t *testing.T) *testrelay.DeadPort {
+	d, err := testrelay.NewDeadPort("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &deadRelay{ln: ln}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			d.dials.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); d.wg.Wait() })
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 
-func (d *deadRelay) URL() string { return "ws://" + d.ln.Addr().String() }
-
-// refusingRelay answers every request, the WebSocket upgrade included,
-// with 403, as a relay behind a paywall or a block does.
 func refusingRelay(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := testrelay.NewRefusing("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "blocked", http.StatusForbidden)
-	}), ReadHeaderTimeout: time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	return "ws://" + ln.Addr().String()
+	t.Cleanup(func() { r.Close() })
+	return r.URL()
 }
 
-// simEvents signs n notes and a NIP-65 relay list naming lists; shared
-// are notes every relay also holds (the same event on several relays).
+// simWorld signs the simulation's events with one key, each a second
+// apart.
 type simWorld struct {
 	t   *testing.T
 	sk  *btcec.PrivateKey
 	seq int64
 }
 
-func (w *simWorld) sign(kind int, tags [][]string, content string) testrelay.Item {
+func (w *simWorld) note(content string) testrelay.Item {
 	w.seq++
-	e := &event.Event{CreatedAt: 1_700_000_000 + w.seq, Kind: kind, Tags: tags, Content: content}
-	if err := e.Sign(w.sk); err != nil {
+	it, err := testrelay.Signed(w.sk, &event.Event{CreatedAt: 1_700_000_000 + w.seq, Kind: 1, Content: content})
+	if err != nil {
 		w.t.Fatal(err)
 	}
-	return testrelay.ItemFromEvent(e)
+	return it
 }
 
 func (w *simWorld) relayList(urls ...string) testrelay.Item {
-	var tags [][]string
-	for _, u := range urls {
-		tags = append(tags, []string{"r", u})
+	w.seq++
+	it, err := testrelay.RelayList(w.sk, 1_700_000_000+w.seq, urls...)
+	if err != nil {
+		w.t.Fatal(err)
 	}
-	return w.sign(10002, tags, "")
+	return it
 }
 
 // sim is a loopback network: live relays (plain, slow, AUTH-only) whose
@@ -97,7 +64,7 @@ func (w *simWorld) relayList(urls ...string) testrelay.Item {
 // and refusing relays that the lists name too.
 type sim struct {
 	live     []*testrelay.Relay
-	dead     []*deadRelay
+	dead     []*testrelay.DeadPort
 	refusing []string
 	ids      map[string]bool // every event the live relays hold
 }
@@ -125,14 +92,14 @@ func newSim(t *testing.T, nLive, nDead, nRefusing int) *sim {
 		s.live = append(s.live, r)
 	}
 	for range nDead {
-		s.dead = append(s.dead, newDeadRelay(t))
+		s.dead = append(s.dead, newDeadPort(t))
 	}
 	for range nRefusing {
 		s.refusing = append(s.refusing, refusingRelay(t))
 	}
 	var shared []testrelay.Item
 	for i := range 10 {
-		shared = append(shared, w.sign(1, nil, fmt.Sprintf("shared %d", i)))
+		shared = append(shared, w.note(fmt.Sprintf("shared %d", i)))
 	}
 	// Relay i's list names relay i+1 and one dead or refusing relay: only
 	// a crawl of the whole chain finds them all.
@@ -144,7 +111,7 @@ func newSim(t *testing.T, nLive, nDead, nRefusing int) *sim {
 	for i, r := range s.live {
 		items := append([]testrelay.Item(nil), shared...)
 		for j := range 30 {
-			items = append(items, w.sign(1, nil, fmt.Sprintf("relay %d note %d", i, j)))
+			items = append(items, w.note(fmt.Sprintf("relay %d note %d", i, j)))
 		}
 		var names []string
 		if i+1 < len(s.live) {
@@ -259,7 +226,7 @@ func TestSimDiscovery(t *testing.T) {
 		}
 	}
 	for _, dr := range s.dead {
-		if n := dr.dials.Load(); n != 1 {
+		if n := dr.Dials(); n != 1 {
 			t.Errorf("dead relay %s dialed %d times, want 1", dr.URL(), n)
 		}
 	}
@@ -287,7 +254,7 @@ func TestSimDiscovery(t *testing.T) {
 		return passes == len(s.live)
 	})
 	for _, dr := range s.dead {
-		if n := dr.dials.Load(); n != 1 {
+		if n := dr.Dials(); n != 1 {
 			t.Errorf("dead relay %s dialed %d times across the restart, want 1", dr.URL(), n)
 		}
 	}
@@ -307,7 +274,7 @@ func TestSimPrivateRefused(t *testing.T) {
 	st := waitStatus(t, d, "the seed archived", func(st *Status) bool {
 		return len(st.Relays) == 1 && st.Relays[0].LastFinish == "drained" && st.Pending == 0 && st.Refused >= 1
 	})
-	if st.Discovered != 0 || s.dead[0].dials.Load() != 0 {
-		t.Errorf("discovered %d, the private dead relay dialed %d times", st.Discovered, s.dead[0].dials.Load())
+	if st.Discovered != 0 || s.dead[0].Dials() != 0 {
+		t.Errorf("discovered %d, the private dead relay dialed %d times", st.Discovered, s.dead[0].Dials())
 	}
 }
