@@ -321,6 +321,10 @@ type Result struct {
 	Relay  string
 	Finish string // one of the Finish* constants
 	Detail string // the cause, for anything but drained
+	// Proof is, for a drained relay, the weakest proof among the ranges
+	// this run audited (ProofPaged, ProofCount or ProofNIP77); empty when
+	// the run audited none.
+	Proof string
 }
 
 // Drained reports whether the relay was archived completely.
@@ -328,9 +332,19 @@ func (r Result) Drained() bool { return r.Finish == FinishDrained }
 
 func (r Result) String() string {
 	if r.Detail == "" {
+		if p, ok := proofText[r.Proof]; ok && r.Drained() {
+			return r.Relay + ": " + r.Finish + ", " + p
+		}
 		return r.Relay + ": " + r.Finish
 	}
 	return r.Relay + ": " + r.Finish + ": " + r.Detail
+}
+
+// proofText says how a drained relay's ranges were proven.
+var proofText = map[string]string{
+	ProofPaged: "paged to the end (the relay answers no COUNT to check it by)",
+	ProofCount: "every range checked against the relay's COUNT",
+	ProofNIP77: "every range reconciled over NIP-77",
 }
 
 // Run crawls every relay concurrently and returns one Result per relay, in

@@ -248,7 +248,7 @@ func (r *relayCrawl) probe(ctx context.Context, parts [][2]int64) ([]int64, bool
 				failed[i] = true
 				return
 			}
-			page, err := pc.c.Req(ctx, r.c.opts.jobFilter(&sl[0], &sl[1], 1).bytes(), 1, r.c.opts.PageTimeout)
+			page, err := pc.c.Req(ctx, r.jobFilter(&sl[0], &sl[1], 1).bytes(), 1, r.c.opts.PageTimeout)
 			r.conns.release(pc)
 			if failed[i] = err != nil || page.End != EndEOSE; failed[i] {
 				return

@@ -393,7 +393,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	if until == shard.OpenTop {
 		top = nil
 	}
-	f := r.c.opts.jobFilter(&since, top, 0).bytes()
+	f := r.jobFilter(&since, top, 0).bytes()
 	out, err := reconcileOn(ctx, pc.c, f, items, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)

@@ -371,7 +371,7 @@ func (r *relayCrawl) filter(since, until int64, kinds []int, authors []string) [
 }
 
 func (r *relayCrawl) filterJSON(since, until int64, kinds []int, authors []string) filterJSON {
-	f := r.c.opts.jobFilter(&since, &until, r.limit)
+	f := r.jobFilter(&since, &until, r.limit)
 	if until == shard.OpenTop {
 		f.Until = nil
 	}

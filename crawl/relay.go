@@ -35,6 +35,9 @@ type RelayRecord struct {
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
 	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
+	// Bounds is how the relay reads since and until when not as NIP-01
+	// says (both inclusive): the crawl asks it one second wider.
+	Bounds string `json:"bounds,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
@@ -68,14 +71,17 @@ type WallReport struct {
 
 // relayCrawl is the state of one relay's crawl.
 type relayCrawl struct {
-	c       *Crawler
-	url     string
-	idx     uint32
-	log     *zap.Logger
-	limit   int // requested page limit
-	count   bool
-	nip77   bool // NIP-11 lists 77: negWall may finish a wall REQ could not
-	conns   *connPool
+	c     *Crawler
+	url   string
+	idx   uint32
+	log   *zap.Logger
+	limit int // requested page limit
+	count bool
+	nip77 bool // NIP-11 lists 77: negWall may finish a wall REQ could not
+	conns *connPool
+	// bounds is how the relay reads since and until (learnBounds, before
+	// any shard is planned); guarded by mu.
+	bounds  bounds
 	metrics *relayMetrics
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
@@ -134,6 +140,8 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	r.conns = newConnPool(r)
 	defer r.conns.close()
+	r.rec.Bounds = ""
+	r.learnBounds(ctx)
 
 	job, shards, err := r.loadJob(ctx)
 	if err == nil {
@@ -315,7 +323,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v could not be completed or proven complete (see the walls in stats)", incomplete)}
 	}
 	var unproven []string
-	for _, c := range r.rec.Coverage {
+	for _, c := range JoinCoverage(r.rec.Coverage) {
 		if c.Proof == ProofUnproven {
 			unproven = append(unproven, fmt.Sprintf("[%d, %s]: %s", c.Since, untilText(c.Until), c.Why))
 		}
@@ -323,7 +331,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	if len(unproven) > 0 {
 		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
-	return Result{Relay: r.url, Finish: FinishDrained}
+	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(coverage)}
 }
 
 // fail ends the relay's crawl with a terminal reason (the first one wins).

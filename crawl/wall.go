@@ -284,7 +284,7 @@ func (w *wallRun) observe(raw []byte) {
 // the relay gave no count (it refused COUNT, or kept failing), and the
 // caller does without. A failed COUNT never ends the crawl.
 func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int64, ok bool) {
-	fj := r.c.opts.jobFilter(&since, &until, 0)
+	fj := r.jobFilter(&since, &until, 0)
 	if until == shard.OpenTop {
 		fj.Until = nil
 	}

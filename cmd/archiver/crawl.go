@@ -134,7 +134,9 @@ func runCrawl(args []string) int {
 			so.Until = opts.Until
 		}
 		for _, r := range results {
-			if r.Drained() && ctx.Err() == nil {
+			// A relay whose every range this run was reconciled over
+			// NIP-77 by the audit needs no second, whole-range check.
+			if r.Drained() && r.Proof != crawl.ProofNIP77 && ctx.Err() == nil {
 				proofs[r.Relay] = crawl.Sync(ctx, so, r.Relay)
 			}
 		}

@@ -61,7 +61,7 @@ func runStats(args []string) int {
 				fmt.Printf("    unproven: %s\n", why)
 			}
 		}
-		for _, c := range joinCoverage(r.Coverage) {
+		for _, c := range crawl.JoinCoverage(r.Coverage) {
 			fmt.Printf("  range %s\n", coverageLine(c))
 		}
 		if r.NIP77 != "" {
@@ -80,25 +80,6 @@ func runStats(args []string) int {
 		}
 	}
 	return 0
-}
-
-// joinCoverage joins neighbouring ranges (in the record's order) that
-// touch and were proven the same way for the same reason: a
-// crawl records one per shard, dozens of lines saying the same. What
-// they hold and count is summed.
-func joinCoverage(cs []crawl.RangeCoverage) []crawl.RangeCoverage {
-	var out []crawl.RangeCoverage
-	for _, c := range cs {
-		if n := len(out); n > 0 {
-			p := &out[n-1]
-			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
-				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
-				continue
-			}
-		}
-		out = append(out, c)
-	}
-	return out
 }
 
 // coverageLine shows how one range of a relay was proven held, or why not.

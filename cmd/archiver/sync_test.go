@@ -28,7 +28,9 @@ func TestSyncCommand(t *testing.T) {
 		{"empty archive", []string{"sync", "--data", "a", good.URL()}, 0, "complete: 1 windows"},
 		{"again: nothing needed", []string{"sync", "--data", "a", good.URL()}, 0, "needed 0, fetched 0"},
 		{"refused", []string{"sync", "--data", "a", refusing.URL()}, 1, "unsupported"},
-		{"crawl, then proven over NIP-77", []string{"crawl", "--data", "c", good.URL()}, 0, "NIP-77 check: complete, needed 0, fetched 0"},
+		// The audit reconciles every range over NIP-77: no second check.
+		{"crawl, proven over NIP-77", []string{"crawl", "--data", "c", good.URL()}, 0, "drained, every range reconciled over NIP-77"},
+		{"crawl again: proven again", []string{"crawl", "--data", "c", good.URL()}, 0, "drained, every range reconciled over NIP-77"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr, _ := run(t, dir, tc.args...)
