@@ -71,7 +71,7 @@ type Daemon struct {
 	// saved holds the persisted scheduler records of relays not handed
 	// to the scheduler yet; frontier the relays earlier runs discovered.
 	saved              map[string]sched.Record
-	frontier           map[string]discovered
+	frontier           map[string]Discovered
 	nDiscovered        int // relays discovery added
 	refusedDiscoveries int // URLs the lists, the private guard or max_relays refused
 }
@@ -109,7 +109,7 @@ func New(opts Options) (*Daemon, error) {
 	d.notes = &notes{store: store, log: d.log}
 	d.saved, err = loadNotes[sched.Record](store, noteSchedule)
 	if err == nil && cfg.Discover.Enabled {
-		d.frontier, err = loadNotes[discovered](store, noteDiscovered)
+		d.frontier, err = loadNotes[Discovered](store, noteDiscovered)
 	}
 	if err == nil {
 		po := lazyparse.Options{Store: store, Workers: cfg.Limits.Workers(), Logger: d.log, Metrics: lazyparse.NewMetrics(d.reg)}

@@ -48,7 +48,7 @@ func (d *Daemon) discovered(f discover.Found, e *event.Event) {
 		d.refusedDiscoveries++
 		return
 	}
-	found := &discovered{How: f.How, From: hex.EncodeToString(e.ID[:]), At: time.Now().Unix()}
+	found := &Discovered{How: f.How, From: hex.EncodeToString(e.ID[:]), At: time.Now().Unix()}
 	b, _ := json.Marshal(found)
 	d.notes.put(noteDiscovered, f.URL, b)
 	d.log.Debug("relay discovered", zap.String("relay", f.URL), zap.String("how", f.How), zap.String("event", found.From))

@@ -30,7 +30,7 @@ const (
 type relayLoop struct {
 	d     *Daemon
 	cfg   config.Relay
-	found *discovered // where discovery learned it; nil for a configured relay
+	found *Discovered // where discovery learned it; nil for a configured relay
 	log   *zap.Logger
 
 	mu               sync.Mutex
@@ -156,7 +156,7 @@ type RelayStatus struct {
 	LastUp    string `json:"last_up,omitempty"`
 	// Discovered says where discovery learned the relay; absent for a
 	// configured one.
-	Discovered *discovered `json:"discovered,omitempty"`
+	Discovered *Discovered `json:"discovered,omitempty"`
 }
 
 func (l *relayLoop) status(s sched.Status) RelayStatus {

@@ -24,11 +24,11 @@ import (
 // Kinds of the daemon's notes in the archive (rawstore.PutNotes).
 const (
 	noteSchedule   = 's' // url -> sched.Record (JSON): backoff survives restarts
-	noteDiscovered = 'f' // url -> discovered (JSON): the persisted frontier
+	noteDiscovered = 'f' // url -> Discovered (JSON): the persisted frontier
 )
 
-// discovered is where discovery learned a relay.
-type discovered struct {
+// Discovered is where discovery learned a relay.
+type Discovered struct {
 	How  string `json:"how"`  // discover.FromRelayList, ...
 	From string `json:"from"` // the id of the event that named it
 	At   int64  `json:"at"`   // unix seconds
@@ -179,17 +179,51 @@ func (n *notes) putLockedIfAbsent(kind byte, u string, v []byte) {
 
 // run writes the notes every notesEvery until ctx ends, then once more.
 func (n *notes) run(ctx context.Context) {
-	t := time.NewTicker(notesEvery)
+	every(ctx, notesEvery, n.flush)
+	n.flush()
+}
+
+// every calls f each period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			n.flush()
 			return
 		case <-t.C:
-			n.flush()
+			f()
 		}
 	}
+}
+
+// RelayNote is what the daemon keeps in the archive on one relay URL.
+type RelayNote struct {
+	Schedule   *sched.Record `json:"schedule,omitempty"`
+	Discovered *Discovered   `json:"discovered,omitempty"`
+}
+
+// RelayNotes reads the daemon's notes from an archive (`archiver relays`
+// shows them).
+func RelayNotes(store *rawstore.Store) (map[string]RelayNote, error) {
+	recs, err := loadNotes[sched.Record](store, noteSchedule)
+	if err != nil {
+		return nil, err
+	}
+	found, err := loadNotes[Discovered](store, noteDiscovered)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]RelayNote, len(recs))
+	for u, r := range recs {
+		out[u] = RelayNote{Schedule: &r}
+	}
+	for u, f := range found {
+		n := out[u]
+		n.Discovered = &f
+		out[u] = n
+	}
+	return out, nil
 }
 
 // loadNotes reads the notes of one kind, decoded from JSON; a note that
@@ -212,17 +246,10 @@ func loadNotes[T any](store *rawstore.Store, kind byte) (map[string]T, error) {
 // summarize logs the scheduler's failures once per summaryEvery: one
 // line with the counts by reason, not a warning per dial.
 func (d *Daemon) summarize(ctx context.Context) {
-	t := time.NewTicker(summaryEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, summaryEvery, func() {
 		f := d.sched.TakeFailures()
 		if len(f) == 0 {
-			continue
+			return
 		}
 		total := 0
 		reasons := make([]string, 0, len(f))
@@ -234,7 +261,7 @@ func (d *Daemon) summarize(ctx context.Context) {
 		c := d.sched.Counts()
 		d.log.Warn("relays failed; backing off", zap.Int("failures", total), zap.Duration("in", summaryEvery),
 			zap.Strings("by_reason", reasons), zap.Int("backoff", c[sched.StateBackoff]), zap.Int("active", c[sched.StateActive]))
-	}
+	})
 }
 
 // registerSchedMetrics exports the relays by scheduling state: one series
@@ -257,7 +284,7 @@ func (d *Daemon) registerSchedMetrics(reg prometheus.Registerer) {
 
 // addRelayLocked creates a relay's loop and hands it to the scheduler
 // with its persisted record. Caller holds d.mu.
-func (d *Daemon) addRelayLocked(rc config.Relay, found *discovered) {
+func (d *Daemon) addRelayLocked(rc config.Relay, found *Discovered) {
 	if _, ok := d.relays[rc.URL]; ok {
 		return
 	}

@@ -36,17 +36,8 @@ func (s *Store) PutNotes(kind byte, notes map[string][]byte) error {
 
 // Notes returns every note of one kind by URL.
 func (s *Store) Notes(kind byte) (map[string][]byte, error) {
-	p := []byte{prefixNote, kind}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	out, err := s.collect([]byte{prefixNote, kind})
 	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	out := map[string][]byte{}
-	for it.First(); it.Valid(); it.Next() {
-		out[string(it.Key()[len(p):])] = append([]byte(nil), it.Value()...)
-	}
-	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("rawstore: read relay notes: %w", err)
 	}
 	return out, nil

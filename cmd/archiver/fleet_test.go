@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestDaemonKill9KeepsFrontierAndBackoff(t *testing.T) {
 		t.Cleanup(func() { d.Close() })
 		dead = append(dead, d)
 	}
-	found, err := testrelay.New(testrelay.Options{})
+	found, err := testrelay.New(testrelay.Options{SupportCount: true}) // COUNT proves its one event complete
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,5 +106,26 @@ url = %q
 		if dp.Dials() != 1 {
 			t.Errorf("%s dialed %d times across kill -9 and restart, want 1", dp.URL(), dp.Dials())
 		}
+	}
+
+	// archiver relays lists what the daemon kept: the dead as failing,
+	// the found relay with the event that named it.
+	code, out, stderr, _ := run(t, t.TempDir(), "relays", "--data", data, "--json")
+	var listed []knownRelay
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil {
+		t.Fatalf("relays: exit %d, %v\n%s", code, err, stderr)
+	}
+	byURL := map[string]knownRelay{}
+	for _, k := range listed {
+		byURL[k.URL] = k
+	}
+	for _, dp := range dead {
+		k := byURL[dp.URL()]
+		if k.State != "failing" || k.Daemon == nil || k.Daemon.Schedule == nil || k.Daemon.Schedule.Failures != 1 || k.Daemon.Discovered == nil {
+			t.Errorf("relays lists %s as %+v", dp.URL(), k)
+		}
+	}
+	if k := byURL[found.URL()]; k.Daemon == nil || k.Daemon.Discovered == nil || k.Daemon.Discovered.From != list.ID {
+		t.Errorf("relays lists %s as %+v, want discovered from %s", found.URL(), k, list.ID)
 	}
 }
