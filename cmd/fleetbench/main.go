@@ -1,7 +1,7 @@
 // Command fleetbench measures `archiver run` over many relays, most of
 // them dead, on loopback: it serves the live relays itself (testrelay
-// instances, each a random subset of one pool of signed events, so that
-// events overlap), names the dead ones on closed ports of distinct
+// instances on distinct loopback addresses, each a random subset of one
+// pool of signed events, so that events overlap), names the dead ones on closed ports of distinct
 // loopback addresses (127.x.y.z:9, refused at once), starts the archiver
 // binary on a configuration listing them all, and reports when the sweep
 // is done (every relay dialed, every live relay's backfill complete) with
@@ -108,7 +108,10 @@ func bench(o options, n int, pool []testrelay.Item) error {
 	var urls []string
 	sightings := int64(0)
 	for i := range live {
-		r, err := testrelay.New(testrelay.Options{SupportCount: true})
+		// Each on its own loopback address: the daemon serves one backfill
+		// per host at a time, and real relays are on distinct hosts.
+		addr := fmt.Sprintf("127.%d.%d.%d:0", 200+i/(254*256), i/254%256, 1+i%254)
+		r, err := testrelay.New(testrelay.Options{Addr: addr, SupportCount: true})
 		if err != nil {
 			return err
 		}
