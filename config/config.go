@@ -91,6 +91,11 @@ type Limits struct {
 	// ±20% jitter, up to BackoffMax. Defaults "1m" and "6h".
 	BackoffMin Duration `toml:"backoff_min"`
 	BackoffMax Duration `toml:"backoff_max"`
+	// MetricsRelays is how many [[relay]] entries, the first ones, get
+	// their own per-relay crawl series in /metrics; the others and the
+	// discovered relays share relay="other", so that the series stay
+	// bounded over thousands of relays. Default 50.
+	MetricsRelays int `toml:"metrics_relays"`
 }
 
 // Discover is the [discover] section: crawling the relays that archived

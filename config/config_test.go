@@ -153,6 +153,7 @@ func TestFull(t *testing.T) {
 			DialsPerSecond:         200,
 			BackoffMin:             Duration(30 * time.Second),
 			BackoffMax:             Duration(12 * time.Hour),
+			MetricsRelays:          5,
 		},
 		Discover: Discover{Enabled: true, Allow: []string{"example.com"}, Deny: []string{"spam.example.com"}, AllowPrivate: true, MaxRelays: 500},
 		Relays: []Relay{{

@@ -32,6 +32,7 @@ func Defaults() Config {
 			DialsPerSecond:         50,
 			BackoffMin:             Duration(time.Minute),
 			BackoffMax:             Duration(6 * time.Hour),
+			MetricsRelays:          50,
 		},
 		Discover: Discover{MaxRelays: 10000},
 	}

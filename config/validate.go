@@ -97,6 +97,9 @@ func (l *Limits) check(p *problems) {
 	atLeast1("max_dials", l.MaxDials)
 	atLeast1("dials_per_second", l.DialsPerSecond)
 	positive("backoff_min", l.BackoffMin)
+	if l.MetricsRelays < 0 {
+		p.add("limits.metrics_relays", l.MetricsRelays, "must not be negative")
+	}
 	if l.BackoffMax < l.BackoffMin {
 		p.add("limits.backoff_max", l.BackoffMax, "must be at least limits.backoff_min (%v)", l.BackoffMin)
 	}

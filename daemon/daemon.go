@@ -57,6 +57,9 @@ type Daemon struct {
 	// auth holds the NIP-42 keys (*crawl.AuthKeys, nil for none), swapped
 	// by Reload; relay loops and jobs read it for each crawl.
 	auth atomic.Pointer[crawl.AuthKeys]
+	// metricsRelays are the relays with their own crawl series (see
+	// config.Limits.MetricsRelays), swapped by Reload.
+	metricsRelays atomic.Pointer[map[string]bool]
 
 	// sched decides when each relay is dialed and run (see package
 	// sched); notes persists its records and the discovered relays.
@@ -134,6 +137,8 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.crawlM = crawl.NewMetrics(d.reg)
+	d.metricsRelays.Store(metricsRelays(cfg))
+	d.crawlM.KeepRelays(func(u string) bool { return (*d.metricsRelays.Load())[u] })
 	d.conns = semaphore.NewWeighted(int64(cfg.Limits.MaxConnections))
 	d.sched = d.newScheduler()
 	d.registerSchedMetrics(d.reg)
@@ -286,6 +291,7 @@ func (d *Daemon) Reload() error {
 		return err
 	}
 	d.auth.Store(auth) // the next crawl or tail of every relay uses them
+	d.metricsRelays.Store(metricsRelays(cfg))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	want := map[string]bool{}
@@ -316,4 +322,14 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// metricsRelays is the set of the first Limits.MetricsRelays configured
+// relays.
+func metricsRelays(cfg *config.Config) *map[string]bool {
+	m := map[string]bool{}
+	for _, r := range cfg.Relays[:min(len(cfg.Relays), cfg.Limits.MetricsRelays)] {
+		m[r.URL] = true
+	}
+	return &m
 }

@@ -230,6 +230,34 @@ func TestSimDiscovery(t *testing.T) {
 			t.Errorf("dead relay %s dialed %d times, want 1", dr.URL(), n)
 		}
 	}
+	// Metrics: one series per state, and the discovered relays share
+	// relay="other" in the crawl's series.
+	mfs, err := d.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "archiver_relays":
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "backoff" && m.GetGauge().GetValue() != float64(len(s.dead)+len(s.refusing)) {
+					t.Errorf("archiver_relays{state=backoff} = %v", m.GetGauge().GetValue())
+				}
+			}
+			if len(mf.GetMetric()) != 5 {
+				t.Errorf("%d archiver_relays series", len(mf.GetMetric()))
+			}
+		case "archiver_crawl_events_total":
+			var relays []string
+			for _, m := range mf.GetMetric() {
+				relays = append(relays, m.GetLabel()[0].GetValue())
+			}
+			sort.Strings(relays)
+			if want := []string{"other", s.live[0].URL()}; fmt.Sprint(relays) != fmt.Sprint(want) {
+				t.Errorf("archiver_crawl_events_total relays %v, want %v", relays, want)
+			}
+		}
+	}
 	waitStatus(t, d, "the notes saved", func(st *Status) bool { return st.UnsavedNotes == 0 })
 	stop()
 
