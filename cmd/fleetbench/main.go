@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +47,7 @@ type options struct {
 	perRelay, pool int
 	maxDials, rate int
 	timeout        time.Duration
+	legacy         bool // an archiver before the scheduler: no dial limits in its configuration
 }
 
 func main() {
@@ -57,14 +60,15 @@ func main() {
 	flag.IntVar(&o.maxDials, "max-dials", 256, "limits.max_dials")
 	flag.IntVar(&o.rate, "dials-per-second", 500, "limits.dials_per_second")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up a run after this long")
+	flag.BoolVar(&o.legacy, "legacy", false, "the archiver predates limits.max_dials (compare before and after)")
 	flag.Parse()
 	pool, err := signPool(o.pool)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetbench:", err)
 		os.Exit(1)
 	}
-	fmt.Println("| relays | live | sweep | peak RSS | peak fds | peak goroutines | first REQ p50 / max | disk/event | disk/sighting |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| relays | live | sweep | peak RSS | peak fds | peak goroutines | first REQ p50 / max | disk/event | disk/sighting | warn lines |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err == nil {
@@ -138,8 +142,10 @@ func bench(o options, n int, pool []testrelay.Item) error {
 		return err
 	}
 	var conf strings.Builder
-	fmt.Fprintf(&conf, "data_dir = %q\nlisten = %q\nlog_level = \"warn\"\n[limits]\nmin_free_disk_bytes = 0\nmax_dials = %d\ndials_per_second = %d\n",
-		filepath.Join(dir, "data"), addr, o.maxDials, o.rate)
+	fmt.Fprintf(&conf, "data_dir = %q\nlisten = %q\nlog_level = \"warn\"\n[limits]\nmin_free_disk_bytes = 0\n", filepath.Join(dir, "data"), addr)
+	if !o.legacy {
+		fmt.Fprintf(&conf, "max_dials = %d\ndials_per_second = %d\n", o.maxDials, o.rate)
+	}
 	for _, u := range urls {
 		fmt.Fprintf(&conf, "[[relay]]\nurl = %q\n", u)
 	}
@@ -148,7 +154,8 @@ func bench(o options, n int, pool []testrelay.Item) error {
 		return err
 	}
 	cmd := exec.Command(o.archiver, "run", "--config", confPath)
-	cmd.Stderr = os.Stderr
+	logLines := &lineCounter{}
+	cmd.Stderr = logLines
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return err
@@ -180,11 +187,12 @@ func bench(o options, n int, pool []testrelay.Item) error {
 				first[i] = time.Since(start)
 			}
 		}
-		sample(cmd.Process.Pid, addr, &res)
+		sampleProc(cmd.Process.Pid, &res)
 		if time.Since(lastStatus) < 2*time.Second {
 			continue
 		}
 		lastStatus = time.Now()
+		sampleGoroutines(addr, &res) // a scrape costs the daemon more than /proc
 		if st, err := status(addr); err == nil && swept(st, nLive) {
 			res.sweep = time.Since(start)
 			res.events = st.Events
@@ -198,9 +206,9 @@ func bench(o options, n int, pool []testrelay.Item) error {
 	res.firstP50, res.firstMax = first[len(first)/2], first[len(first)-1]
 	res.perEvent = float64(res.dsk) / float64(max(res.events, 1))
 	res.perSighting = float64(res.dsk) / float64(max(res.sightings, 1))
-	fmt.Printf("| %d | %d | %.1f s | %.0f MiB | %d | %d | %.1f s / %.1f s | %.0f B | %.0f B |\n",
+	fmt.Printf("| %d | %d | %.1f s | %.0f MiB | %d | %d | %.1f s / %.1f s | %.0f B | %.0f B | %d |\n",
 		res.relays, res.live, res.sweep.Seconds(), float64(res.rssKiB)/1024, res.fds, res.routines,
-		res.firstP50.Seconds(), res.firstMax.Seconds(), res.perEvent, res.perSighting)
+		res.firstP50.Seconds(), res.firstMax.Seconds(), res.perEvent, res.perSighting, logLines.n.Load())
 	return nil
 }
 
@@ -231,8 +239,8 @@ func status(addr string) (*daemon.Status, error) {
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// sample keeps the peaks of the daemon's RSS, descriptors and goroutines.
-func sample(pid int, addr string, r *result) {
+// sampleProc keeps the peaks of the daemon's RSS and descriptors.
+func sampleProc(pid int, r *result) {
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
@@ -244,6 +252,10 @@ func sample(pid int, addr string, r *result) {
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 		r.fds = max(r.fds, int64(len(ents)))
 	}
+}
+
+// sampleGoroutines keeps the peak of the daemon's goroutines.
+func sampleGoroutines(addr string, r *result) {
 	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return
@@ -256,6 +268,14 @@ func sample(pid int, addr string, r *result) {
 			r.routines = max(r.routines, int64(g))
 		}
 	}
+}
+
+// lineCounter counts the lines the daemon logs (at warn and above).
+type lineCounter struct{ n atomic.Int64 }
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.n.Add(int64(bytes.Count(p, []byte("\n"))))
+	return len(p), nil
 }
 
 func du(dir string) int64 {
