@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -48,33 +49,57 @@ func (b bounds) widen(since, until *int64) (*int64, *int64) {
 	return since, until
 }
 
-// learnBounds finds how the relay reads since and until from its newest
-// event (of the job's filter): asked for that event's second alone, a
-// relay reading NIP-01's way serves it; one that does not is asked again
-// one second wider on either side, then both. A relay that serves nothing
-// to learn from is taken at NIP-01's word.
+// learnBounds finds how the relay reads since and until (probeBounds,
+// over the crawl's connections and with the job's filter) and records it.
 func (r *relayCrawl) learnBounds(ctx context.Context) {
-	page, _, err := r.fetch(ctx, r.c.opts.jobFilter(nil, nil, 1).bytes())
-	if err != nil || page.End != EndEOSE || len(page.Items) == 0 {
+	b, ok := probeBounds(func(since, until *int64) ([]*relayconn.Item, bool) {
+		page, _, err := r.fetch(ctx, r.c.opts.jobFilter(since, until, 1).bytes())
+		return itemsOf(page, err)
+	}, r.log)
+	if !ok {
 		return
 	}
-	second := page.Items[0].CreatedAt
+	r.mu.Lock()
+	r.bounds, r.rec.Bounds = b, b.String()
+	r.mu.Unlock()
+}
+
+// itemsOf is what a probe's page yielded, if it ended as a page should.
+func itemsOf(page *relayconn.Page, err error) ([]*relayconn.Item, bool) {
+	if err != nil || page.End != relayconn.EndEOSE {
+		return nil, false
+	}
+	out := make([]*relayconn.Item, len(page.Items))
+	for i := range page.Items {
+		out[i] = &page.Items[i]
+	}
+	return out, true
+}
+
+// probeBounds finds how a relay reads since and until from its newest
+// event (ask(nil, nil)): asked for that event's second alone, a relay
+// reading NIP-01's way serves it; one that does not is asked again one
+// second wider on either side, then both. ok is false when the relay
+// served nothing to learn from, or its newest event to no filter naming
+// its second: then it is taken at NIP-01's word.
+func probeBounds(ask func(since, until *int64) ([]*relayconn.Item, bool), log *zap.Logger) (b bounds, ok bool) {
+	newest, ok := ask(nil, nil)
+	if !ok || len(newest) == 0 {
+		return bounds{}, false
+	}
+	second := newest[0].CreatedAt
 	serves := func(since, until int64) bool {
-		page, _, err := r.fetch(ctx, r.c.opts.jobFilter(&since, &until, 1).bytes())
-		if err != nil || page.End != EndEOSE {
-			return false
-		}
-		for _, it := range page.Items {
+		items, _ := ask(&since, &until)
+		for _, it := range items {
 			if it.CreatedAt == second {
 				return true
 			}
 		}
 		return false
 	}
-	var b bounds
 	switch {
 	case serves(second, second):
-		return
+		return bounds{}, false
 	case serves(second, second+1):
 		b.untilExclusive = true
 	case serves(second-1, second):
@@ -82,13 +107,11 @@ func (r *relayCrawl) learnBounds(ctx context.Context) {
 	case serves(second-1, second+1):
 		b.sinceExclusive, b.untilExclusive = true, true
 	default:
-		r.log.Warn("the relay serves its newest event to no filter naming its second; taking since and until as NIP-01 says", zap.Int64("second", second))
-		return
+		log.Warn("the relay serves its newest event to no filter naming its second; taking since and until as NIP-01 says", zap.Int64("second", second))
+		return bounds{}, false
 	}
-	r.log.Info("the relay reads since and until its own way; asking one second wider", zap.Stringer("reads", b))
-	r.mu.Lock()
-	r.bounds, r.rec.Bounds = b, b.String()
-	r.mu.Unlock()
+	log.Info("the relay reads since and until its own way; asking one second wider", zap.Stringer("reads", b))
+	return b, true
 }
 
 // jobFilter is the job's filter for [since, until] (nil: unbounded) as
