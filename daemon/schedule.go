@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/config"
-	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/discover"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/sched"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -83,7 +83,7 @@ func hostOf(u string) string {
 // up: only a relay that answers gets a crawl (whose own dials retry), so
 // dead and refusing relays cost one bounded attempt per backoff step.
 func (d *Daemon) probe(ctx context.Context, u string) error {
-	c, err := crawl.Dial(ctx, u, crawl.DialOptions{
+	c, err := relayconn.Dial(ctx, u, relayconn.DialOptions{
 		MaxFrame: int(d.cfg.Limits.MaxFrameBytes), DialTimeout: probeTimeout, NetDial: d.dialerFor(u),
 		PingInterval: time.Minute, // hung up at once; Dial requires one
 	})
