@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func newDeadPort(t *testing.T) *testrelay.DeadPort {
@@ -149,7 +153,11 @@ func simConfig(t *testing.T, dir, seed string) *config.Config {
 }
 
 func runDaemon(t *testing.T, cfg *config.Config) (*Daemon, func()) {
-	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	return runDaemonLog(t, cfg, zaptest.NewLogger(t))
+}
+
+func runDaemonLog(t *testing.T, cfg *config.Config, log *zap.Logger) (*Daemon, func()) {
+	d, err := New(Options{Config: cfg, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +220,10 @@ func TestSimDiscovery(t *testing.T) {
 		return done == len(s.live) && st.Valid == int64(len(s.ids)) && st.Pending == 0 &&
 			st.Schedule["backoff"] == len(s.dead)+len(s.refusing)
 	}
-	d, stop := runDaemon(t, cfg)
+	summaryEvery = 100 * time.Millisecond
+	t.Cleanup(func() { summaryEvery = time.Minute })
+	core, logs := observer.New(zapcore.WarnLevel)
+	d, stop := runDaemonLog(t, cfg, zap.New(core))
 	st := waitStatus(t, d, "every relay found and archived", archived)
 	if len(st.Relays) != all || st.Discovered != all-1 || st.Events != int64(len(s.ids)) {
 		t.Errorf("%d relays, %d discovered, %d events; want %d, %d, %d", len(st.Relays), st.Discovered, st.Events, all, all-1, len(s.ids))
@@ -260,6 +271,19 @@ func TestSimDiscovery(t *testing.T) {
 	}
 	waitStatus(t, d, "the notes saved", func(st *Status) bool { return st.UnsavedNotes == 0 })
 	stop()
+	// The dead and refusing relays' failures are summed up in summary
+	// lines, not logged one by one.
+	failures := 0
+	for _, e := range logs.All() {
+		if e.Message == "relays failed; backing off" {
+			failures += int(e.ContextMap()["failures"].(int64))
+		} else if e.ContextMap()["relay"] != nil {
+			t.Errorf("a warning about one relay: %s %v", e.Message, e.ContextMap())
+		}
+	}
+	if failures != len(s.dead)+len(s.refusing) {
+		t.Errorf("summaries count %d failures, want %d", failures, len(s.dead)+len(s.refusing))
+	}
 
 	// The restart knows every relay, runs the live ones, and leaves the
 	// dead in their backoff.
@@ -302,5 +326,40 @@ func TestSimPrivateRefused(t *testing.T) {
 	})
 	if st.Discovered != 0 || s.dead[0].Dials() != 0 {
 		t.Errorf("discovered %d, the private dead relay dialed %d times", st.Discovered, s.dead[0].Dials())
+	}
+}
+
+// A discovered relay is refused at dial time when its address is private,
+// whatever its name said; a configured one is not.
+func TestDiscoveredDialRefusesPrivateAddress(t *testing.T) {
+	dead := newDeadPort(t)
+	cfg := simConfig(t, t.TempDir(), dead.URL())
+	cfg.Discover.AllowPrivate = false
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.store.Close()
+	defer d.ln.Close()
+	d.relays["ws://relay.example:1"] = &relayLoop{found: &Discovered{How: "nip65"}}
+	d.relays[dead.URL()] = &relayLoop{}
+	if dial := d.dialerFor(dead.URL()); dial != nil {
+		t.Error("a configured relay gets the private-address guard")
+	}
+	dial := d.dialerFor("ws://relay.example:1")
+	if dial == nil {
+		t.Fatal("a discovered relay has no guard")
+	}
+	// relay.example resolving to loopback, as a hostile DNS answer would:
+	// the guard sees the address it connects to.
+	c, err := dial(context.Background(), "tcp", strings.TrimPrefix(dead.URL(), "ws://"))
+	if err == nil || !strings.Contains(err.Error(), "private address") {
+		t.Errorf("dial to %s: %v", dead.URL(), err)
+	}
+	if c != nil {
+		c.Close()
+	}
+	if dead.Dials() != 0 {
+		t.Errorf("the private address was connected to %d times", dead.Dials())
 	}
 }
