@@ -2,7 +2,9 @@
 # install-interop.sh installs what `go test ./interop/` needs on a fresh
 # Debian machine: a C/C++ toolchain and python3 (better-sqlite3 compiles
 # from source with node-gyp) and the relay's npm packages, exactly as
-# interop/nostr-relay/package-lock.json pins them.
+# interop/nostr-relay/package-lock.json pins them; and the client's
+# (nostr-tools, pure JavaScript) as interop/nostr-client/package-lock.json
+# pins them.
 #
 # Idempotent: apt-get runs only if cc, make or python3 is missing, and
 # `npm ci` only if node_modules does not match the lockfile and the running
@@ -37,6 +39,16 @@ command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= 20"
 command -v npm >/dev/null 2>&1 || die "npm not found: install Node.js >= 20 with npm"
 major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$major" -ge 20 ] || die "node $(node --version) is too old: the relay needs Node.js >= 20"
+
+# The client that interop/serve_test.go runs against `archiver serve`:
+# nothing to compile, so no headers and no install scripts.
+client="$root/interop/nostr-client"
+client_stamp="$(cksum <"$client/package-lock.json") node=$(node --version)"
+if [ "${FORCE:-}" = 1 ] || [ "$(cat "$client/node_modules/.install-interop" 2>/dev/null)" != "$client_stamp" ]; then
+	say "npm ci in $client"
+	(cd "$client" && npm ci --no-audit --no-fund --ignore-scripts)
+	printf '%s\n' "$client_stamp" >"$client/node_modules/.install-interop"
+fi
 
 # The headers of the running node, wherever it is installed (this
 # overrides the /usr of interop/nostr-relay/.npmrc).

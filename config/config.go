@@ -21,6 +21,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/serve"
 )
 
 // Config is the whole file. The zero value is not useful: start from
@@ -49,6 +50,10 @@ type Config struct {
 	// NATS is the [nats] section, nil when the file has none: the daemon
 	// then archives only its own relays.
 	NATS *NATS `toml:"nats"`
+
+	// Serve is the [serve] section, nil when the file has none: the
+	// daemon then does not answer Nostr clients.
+	Serve *Serve `toml:"serve"`
 }
 
 // Limits bound what the daemon may use; they are ceilings, the adaptive
@@ -153,6 +158,39 @@ type NATS struct {
 	MaxConcurrentJobs int `toml:"max_concurrent_jobs"`
 }
 
+// Serve is the optional [serve] section: the daemon also serves the
+// archive it writes as a read-only relay (package serve: REQ, COUNT,
+// NIP-77, NIP-11), verified events only. One process owns a store, so
+// this is how an archive being written is served.
+type Serve struct {
+	// Listen is the host:port of the relay (WebSocket and NIP-11).
+	// Required in a [serve] section; not the same as the top-level listen.
+	Listen string `toml:"listen"`
+	// MaxLimit is the most events one filter of a REQ returns (NIP-11
+	// max_limit). Default 5000.
+	MaxLimit int `toml:"max_limit"`
+	// MaxSubscriptions caps open subscriptions per connection. Default 20.
+	MaxSubscriptions int `toml:"max_subscriptions"`
+	// MaxMessageBytes is the largest client message. Default 128KiB;
+	// 4KiB to 16MiB.
+	MaxMessageBytes ByteSize `toml:"max_message_bytes"`
+	// MaxCount is where a NIP-45 COUNT stops and answers approximate.
+	// Default 1000000.
+	MaxCount int `toml:"max_count"`
+	// MaxSyncEvents is the largest NIP-77 set; a larger one is refused
+	// "blocked: too many records" (the client splits it). Default 1000000.
+	MaxSyncEvents int `toml:"max_sync_events"`
+}
+
+// Options are the serve.Options of s.
+func (s *Serve) Options() serve.Options {
+	o := serve.DefaultOptions()
+	o.Addr = s.Listen
+	o.MaxLimit, o.MaxSubs, o.MaxCount, o.MaxSyncEvents = s.MaxLimit, s.MaxSubscriptions, s.MaxCount, s.MaxSyncEvents
+	o.MaxMessageLength = int(s.MaxMessageBytes)
+	return o
+}
+
 // Overrides are the command-line flags of `archiver run` that override the
 // file. Zero fields leave the file's value.
 type Overrides struct {
@@ -161,6 +199,9 @@ type Overrides struct {
 	LogLevel string   // --log-level
 	Relays   []string // --relay, repeatable: appended to the file's relays, with DefaultRelay's settings
 	NATSURL  string   // --nats: sets nats.url, adding a default [nats] section if the file has none
+	// ServeListen is --serve: sets serve.listen, adding a default [serve]
+	// section if the file has none.
+	ServeListen string
 }
 
 // Apply sets the overridden values. It does not validate: Load does,
@@ -186,6 +227,13 @@ func (c *Config) Apply(o Overrides) {
 			c.NATS = &n
 		}
 		c.NATS.URL = o.NATSURL
+	}
+	if o.ServeListen != "" {
+		if c.Serve == nil {
+			sv := DefaultServe()
+			c.Serve = &sv
+		}
+		c.Serve.Listen = o.ServeListen
 	}
 }
 
@@ -288,10 +336,9 @@ func (d *decoder) value(key string, p toml.Primitive, f reflect.Value) {
 	case f.Type() == reflect.TypeFor[Limits]():
 		d.section(key, p, f)
 	case f.Type() == reflect.TypeFor[*NATS]():
-		n := DefaultNATS()
-		if d.section(key, p, reflect.ValueOf(&n).Elem()) {
-			f.Set(reflect.ValueOf(&n))
-		}
+		optional(d, key, p, f, DefaultNATS())
+	case f.Type() == reflect.TypeFor[*Serve]():
+		optional(d, key, p, f, DefaultServe())
 	case f.Type() == reflect.TypeFor[[]Relay]():
 		var tables []map[string]toml.Primitive
 		if err := d.md.PrimitiveDecode(p, &tables); err != nil {
@@ -312,6 +359,13 @@ func (d *decoder) value(key string, p toml.Primitive, f reflect.Value) {
 			return
 		}
 		f.Set(x.Elem())
+	}
+}
+
+// optional decodes an optional section into f (a *T), over def.
+func optional[T any](d *decoder, key string, p toml.Primitive, f reflect.Value, def T) {
+	if d.section(key, p, reflect.ValueOf(&def).Elem()) {
+		f.Set(reflect.ValueOf(&def))
 	}
 }
 

@@ -452,3 +452,41 @@ func FuzzParse(f *testing.F) {
 		roundTrip(t, c)
 	})
 }
+
+// [serve] takes serve's defaults, --serve adds it, and its values are
+// checked with the rest of the file.
+func TestServeSection(t *testing.T) {
+	const relay = "\n[[relay]]\nurl = \"r.example\"\n"
+	c, err := Parse([]byte("[serve]\nlisten = \"127.0.0.1:7777\"\nmax_limit = 10" + relay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultServe()
+	want.Listen, want.MaxLimit = "127.0.0.1:7777", 10
+	if c.Serve == nil || *c.Serve != want {
+		t.Fatalf("[serve]: %+v, want %+v", c.Serve, want)
+	}
+	if o := c.Serve.Options(); o.Addr != "127.0.0.1:7777" || o.MaxLimit != 10 || o.MaxSyncEvents != want.MaxSyncEvents || o.MaxMessageLength != 128<<10 {
+		t.Fatalf("serve options %+v", o)
+	}
+	if c, err := Load("", Overrides{DataDir: "d", Relays: []string{"r.example"}, ServeListen: "127.0.0.1:0"}); err != nil || c.Serve == nil || c.Serve.Listen != "127.0.0.1:0" || c.Serve.MaxLimit != DefaultServe().MaxLimit {
+		t.Fatalf("--serve: %+v, %v", c, err)
+	}
+	if c, _ := Parse([]byte(relay)); c.Serve != nil {
+		t.Fatalf("no [serve], but %+v", c.Serve)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{"[serve]\nmax_limit = 5", "serve.listen: must be set in a [serve] section"},
+		{"[serve]\nlisten = \"nowhere\"", `serve.listen: "nowhere": must be host:port`},
+		{"listen = \"127.0.0.1:9\"\n[serve]\nlisten = \"127.0.0.1:9\"", `serve.listen: "127.0.0.1:9": is also listen (/metrics): give the relay its own address`},
+		{"[serve]\nlisten = \":1\"\nmax_sync_events = 0", "serve.max_sync_events: 0: must be at least 1"},
+		{"[serve]\nlisten = \":1\"\nmax_message_bytes = \"1KiB\"", "serve.max_message_bytes: 1KiB: must be between 4KiB and 16MiB"},
+		{"[serve]\nlisten = \":1\"\nlistn = \":2\"", "serve.listn: unknown key"},
+		{"serve = 3", "serve: want a [serve] table"},
+	} {
+		_, err := Parse([]byte(tc.file + relay))
+		if err == nil || !slices.Contains(strings.Split(err.Error(), "\n"), tc.want) {
+			t.Errorf("%q: no line %q in\n%v", tc.file, tc.want, err)
+		}
+	}
+}

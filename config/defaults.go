@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/serve"
 )
 
 // The defaults of every key, in one place. A key absent from the file
@@ -49,5 +50,18 @@ func DefaultNATS() NATS {
 		Stream:            "ARCHIVER_JOBS",
 		SubjectPrefix:     "archiver",
 		MaxConcurrentJobs: 2,
+	}
+}
+
+// DefaultServe returns the settings of a [serve] section that sets only
+// its listen address (and of the --serve flag): serve's own defaults.
+func DefaultServe() Serve {
+	so := serve.DefaultOptions()
+	return Serve{
+		MaxLimit:         so.MaxLimit,
+		MaxSubscriptions: so.MaxSubs,
+		MaxMessageBytes:  ByteSize(so.MaxMessageLength),
+		MaxCount:         so.MaxCount,
+		MaxSyncEvents:    so.MaxSyncEvents,
 	}
 }

@@ -35,6 +35,8 @@ func schema(t *testing.T) []schemaKey {
 				walk(name+".", reflect.ValueOf(DefaultRelay()))
 			case reflect.TypeFor[*NATS]():
 				walk(name+".", reflect.ValueOf(DefaultNATS()))
+			case reflect.TypeFor[*Serve]():
+				walk(name+".", reflect.ValueOf(DefaultServe()))
 			default:
 				keys = append(keys, schemaKey{name, typeName(t, f.Type), v.Field(i)})
 			}
@@ -73,7 +75,7 @@ func typeName(t *testing.T, typ reflect.Type) string {
 // "required" for the keys Validate requires, "—" for unset, else the
 // value in TOML (a duration or size in any equal form: "60s" or "1m").
 func (k schemaKey) documents(cell string) bool {
-	if k.name == "relay.url" || k.name == "nats.url" {
+	if k.name == "relay.url" || k.name == "nats.url" || k.name == "serve.listen" {
 		return cell == "required"
 	}
 	if k.def.Kind() == reflect.Bool || k.def.Kind() == reflect.Int {

@@ -64,7 +64,39 @@ func (c *Config) problems() []error {
 	if c.NATS != nil {
 		c.NATS.check(&p)
 	}
+	if c.Serve != nil {
+		c.Serve.check(&p, c.Listen)
+	}
 	return p
+}
+
+// Bounds of Serve.MaxMessageBytes: a NIP-77 message needs a few KiB; a
+// client message is held whole while parsed.
+const (
+	MinServeMessageBytes = 4 * KiB
+	MaxServeMessageBytes = 16 * MiB
+)
+
+func (s *Serve) check(p *problems, listen string) {
+	switch err := checkHostPort(s.Listen); {
+	case s.Listen == "":
+		p.add("serve.listen", nil, "must be set in a [serve] section")
+	case err != nil:
+		p.add("serve.listen", s.Listen, "%v", err)
+	case s.Listen == listen && !strings.HasSuffix(listen, ":0"):
+		p.add("serve.listen", s.Listen, "is also listen (/metrics): give the relay its own address")
+	}
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"max_limit", s.MaxLimit}, {"max_subscriptions", s.MaxSubscriptions}, {"max_count", s.MaxCount}, {"max_sync_events", s.MaxSyncEvents}} {
+		if v.n < 1 {
+			p.add("serve."+v.key, v.n, "must be at least 1")
+		}
+	}
+	if s.MaxMessageBytes < MinServeMessageBytes || s.MaxMessageBytes > MaxServeMessageBytes {
+		p.add("serve.max_message_bytes", s.MaxMessageBytes, "must be between %v and %v", MinServeMessageBytes, MaxServeMessageBytes)
+	}
 }
 
 func (l *Limits) check(p *problems) {

@@ -1,6 +1,7 @@
 // Package daemon is `archiver run`: it keeps the configured relays
 // archived (backfill, then a live tail with a periodic catch-up crawl),
-// verifies what arrives, serves /metrics, /healthz and /status, talks to
+// verifies what arrives, serves /metrics, /healthz and /status (and, with
+// [serve], the archive itself as a read-only relay), talks to
 // systemd, pauses when the disk fills up, and picks up new relays on
 // reload.
 package daemon
@@ -53,6 +54,7 @@ type Daemon struct {
 	conns   *semaphore.Weighted
 	metrics *metrics
 	ln      net.Listener
+	serveLn net.Listener // [serve]'s, nil without
 	// auth holds the NIP-42 keys (*crawl.AuthKeys, nil for none), swapped
 	// by Reload; relay loops and jobs read it for each crawl.
 	auth atomic.Pointer[crawl.AuthKeys]
@@ -106,6 +108,11 @@ func New(opts Options) (*Daemon, error) {
 	if err == nil {
 		d.ln, err = net.Listen("tcp", cfg.Listen)
 	}
+	if err == nil {
+		if err = d.bindServe(); err != nil {
+			d.ln.Close()
+		}
+	}
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -138,6 +145,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(d.ln) }()
+	relay := d.startServe()
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
@@ -183,6 +191,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	_ = srv.Shutdown(sctx)
 	cancel()
 	<-srvDone
+	d.stopServe(relay) // before the store closes: it reads the store
 	// Pebble panics on a write after Close, so the store closes only once
 	// every writer has returned. They all watch a cancelled context by
 	// now; one that does not return within closeGrace is stuck (a hung
@@ -266,6 +275,7 @@ func (d *Daemon) Reload() error {
 		}
 	}
 	limitsChanged := cfg.Limits != d.cfg.Limits || cfg.DataDir != d.cfg.DataDir || cfg.Listen != d.cfg.Listen
+	d.warnServeReload(cfg)
 	d.cfg.Relays = cfg.Relays
 	if limitsChanged {
 		d.log.Warn("reload: limits, data_dir and listen take effect on restart only")

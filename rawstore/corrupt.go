@@ -77,10 +77,11 @@ func corrupt(key []byte, err error) *CorruptError {
 
 // decodeEvent splits an E or A value into its first relay and raw bytes.
 func decodeEvent(key, v []byte) (relay uint32, raw []byte, err error) {
-	if len(v) < eventHeaderLen || v[0] != 1 {
+	n := eventHeaderSize(v)
+	if n == 0 {
 		return 0, nil, corrupt(key, fmt.Errorf("event record of %d bytes, version %v", len(v), v[:min(len(v), 1)]))
 	}
-	return binary.BigEndian.Uint32(v[1:5]), v[eventHeaderLen:], nil
+	return binary.BigEndian.Uint32(v[1:5]), v[n:], nil
 }
 
 // decodeVerdict splits a V value.

@@ -29,7 +29,18 @@ var ErrNotIndexed = errors.New("the archive has no indexes yet")
 // e and raw are valid only during the callback. A damaged record is
 // skipped; the error returned at the end is then a *DamageError.
 func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
-	return s.query(&query{s: s}, fs, fn)
+	return s.query(&query{s: s}, fs, func(m *matchStream) error { return fn(m.ev, m.raw) })
+}
+
+// QueryIDs is Query for the created_at and id of each match only (a
+// NIP-77 set), in the same order. A filter that the index it reads
+// answers exactly (since/until with at most one of ids, authors, kinds,
+// authors and kinds, or one tag letter) is answered from index keys alone,
+// without reading an event: the indexes list valid events only.
+func (s *Store) QueryIDs(fs []filter.Filter, fn func(createdAt int64, id [32]byte) error) error {
+	return s.query(&query{s: s, idsOnly: true}, fs, func(m *matchStream) error {
+		return fn(int64(^binary.BigEndian.Uint64(m.cur)), [32]byte(m.cur[8:]))
+	})
 }
 
 // QueryLatest is Query over the latest version of each replaceable (0, 3,
@@ -39,10 +50,17 @@ func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) er
 // outside the filter. Of versions of the same second, the lowest id is
 // the latest (NIP-01).
 func (s *Store) QueryLatest(fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
-	return s.query(&query{s: s, latest: true}, fs, fn)
+	return s.query(&query{s: s, latest: true}, fs, func(m *matchStream) error { return fn(m.ev, m.raw) })
 }
 
-func (s *Store) query(q *query, fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
+// QueryExcept is Query (QueryLatest if latest) leaving out the events in
+// skip before the limits count them, as a relay that dropped them would
+// answer (export --honor-deletions passes DeletedIDs).
+func (s *Store) QueryExcept(latest bool, skip map[[32]byte]struct{}, fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
+	return s.query(&query{s: s, latest: latest, skip: skip}, fs, func(m *matchStream) error { return fn(m.ev, m.raw) })
+}
+
+func (s *Store) query(q *query, fs []filter.Filter, fn func(m *matchStream) error) error {
 	ready, err := s.IndexesReady()
 	if err != nil {
 		return err
@@ -60,11 +78,11 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(e *event.Event, raw 
 		if fs[i].Empty() {
 			continue
 		}
-		in, err := q.plan(&fs[i])
+		in, exact, err := q.plan(&fs[i])
 		if err != nil {
 			return err
 		}
-		m := &matchStream{q: q, in: in, f: &fs[i], left: fs[i].Limit}
+		m := &matchStream{q: q, in: in, f: &fs[i], left: fs[i].Limit, keysOnly: q.idsOnly && exact}
 		streams = append(streams, m)
 		if err := m.next(); err != nil {
 			return err
@@ -74,8 +92,7 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(e *event.Event, raw 
 	streams = nil // out closes them now
 	defer out.close()
 	for out.head() != nil {
-		m := out.top().(*matchStream)
-		if err := fn(m.ev, m.raw); err != nil {
+		if err := fn(out.top().(*matchStream)); err != nil {
 			return err
 		}
 		if err := out.next(); err != nil {
@@ -86,9 +103,11 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(e *event.Event, raw 
 }
 
 type query struct {
-	s      *Store
-	latest bool // see QueryLatest
-	damage damageLog
+	s       *Store
+	latest  bool                  // see QueryLatest
+	idsOnly bool                  // see QueryIDs
+	skip    map[[32]byte]struct{} // see QueryExcept
+	damage  damageLog
 }
 
 // bad records a damaged record and reports whether err was one (skip it).
@@ -102,32 +121,40 @@ func (q *query) bad(err error) bool {
 	return true
 }
 
-// plan opens the key streams of the index f reads.
-func (q *query) plan(f *filter.Filter) (keyStream, error) {
+// plan opens the key streams of the index f reads, and reports whether
+// every key it yields matches f (the rest of f constrains nothing).
+func (q *query) plan(f *filter.Filter) (keyStream, bool, error) {
 	if f.IDs != nil {
-		return q.idStream(f)
+		st, err := q.idStream(f)
+		return st, f.Authors == nil && f.Kinds == nil && f.Tags == nil, err
 	}
 	var prefixes [][]byte
+	var exact bool
 	switch letter, ok := tagToRead(f); {
 	case f.Authors != nil && f.Kinds != nil && len(f.Authors)*len(f.Kinds) <= maxRanges:
+		exact = f.Tags == nil
 		for i := range f.Authors {
 			for _, k := range f.Kinds {
 				prefixes = append(prefixes, authorKindIndexPrefix(&f.Authors[i], k))
 			}
 		}
 	case f.Authors != nil:
+		exact = f.Kinds == nil && f.Tags == nil
 		for i := range f.Authors {
 			prefixes = append(prefixes, authorIndexPrefix(&f.Authors[i]))
 		}
 	case ok:
+		exact = f.Kinds == nil && len(f.Tags) == 1
 		for _, v := range f.Tags[letter] {
 			prefixes = append(prefixes, tagIndexPrefix(letter, v))
 		}
 	case f.Kinds != nil:
+		exact = f.Tags == nil
 		for _, k := range f.Kinds {
 			prefixes = append(prefixes, kindIndexPrefix(k))
 		}
 	default:
+		exact = f.Tags == nil
 		prefixes = [][]byte{timeIndexPrefix()}
 	}
 	lo := binary.BigEndian.AppendUint64(nil, ^uint64(f.Until))
@@ -140,12 +167,12 @@ func (q *query) plan(f *filter.Filter) (keyStream, error) {
 		})
 		if err != nil {
 			newMerge(streams).close()
-			return nil, fmt.Errorf("rawstore: query: %w", err)
+			return nil, false, fmt.Errorf("rawstore: query: %w", err)
 		}
 		it.First()
 		streams = append(streams, &rangeStream{it: it, plen: len(p)})
 	}
-	return newMerge(streams), nil
+	return newMerge(streams), exact, nil
 }
 
 // maxRanges bounds the (author, kind) ranges one filter reads at once,
@@ -289,9 +316,11 @@ type matchStream struct {
 	in   keyStream
 	f    *filter.Filter
 	left int // negative: no limit
-	cur  []byte
-	ev   *event.Event
-	raw  []byte
+	// keysOnly: every key of in matches f, so no event is read (QueryIDs).
+	keysOnly bool
+	cur      []byte
+	ev       *event.Event
+	raw      []byte
 }
 
 func (m *matchStream) head() []byte { return m.cur }
@@ -321,9 +350,16 @@ func (m *matchStream) next() error {
 
 // take makes the candidate k current if it is valid and matches.
 func (m *matchStream) take(k []byte) (bool, error) {
+	if m.keysOnly {
+		m.cur = append(m.cur[:0], k...)
+		return true, nil
+	}
 	e, raw, err := m.q.load(k[8:])
 	if err != nil || e == nil || !m.f.Match(e) {
 		return false, err
+	}
+	if _, skip := m.q.skip[e.ID]; skip {
+		return false, nil
 	}
 	if m.q.latest {
 		if newer, err := m.q.superseded(e, k); err != nil || newer {

@@ -19,7 +19,8 @@ import (
 // valid by fiat: the indexes do not care) over 30 days, 200 authors (a
 // few write most), kinds 1/7/6/0/3/30023 and e, p, t tags, and reports
 // the index bytes per event, then times Query by author, kind, tag, time
-// window and id.
+// window and id, each also through QueryIDs (what serve's NIP-77 reads),
+// and the whole archive ("all", the set of a NEG-OPEN with {}).
 //
 //	go test -run '^$' -bench BenchmarkQuery -benchtime 200x ./rawstore/
 func BenchmarkQuery(b *testing.B) {
@@ -88,6 +89,7 @@ func BenchmarkQuery(b *testing.B) {
 		n, float64(idx)/n, float64(tIdx)/n, float64(all)/n, scan.Round(time.Millisecond))
 
 	for _, c := range []struct{ name, filter string }{
+		{"all", `{}`},
 		{"author-limit500", fmt.Sprintf(`{"authors":["%x"],"limit":500}`, authors[20])},
 		{"author-kind0", fmt.Sprintf(`{"authors":["%x"],"kinds":[0]}`, authors[20])},
 		{"kind7-limit500", `{"kinds":[7],"limit":500}`},
@@ -106,6 +108,16 @@ func BenchmarkQuery(b *testing.B) {
 			for range b.N {
 				got = 0
 				if err := s.Query(fs, func(*event.Event, []byte) error { got++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(got), "events/op")
+		})
+		b.Run(c.name+"-ids", func(b *testing.B) {
+			var got int
+			for range b.N {
+				got = 0
+				if err := s.QueryIDs(fs, func(int64, [32]byte) error { got++; return nil }); err != nil {
 					b.Fatal(err)
 				}
 			}

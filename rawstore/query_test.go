@@ -165,16 +165,19 @@ func newCorpus(t *testing.T) *corpus {
 	return c
 }
 
-func (c *corpus) drain(t *testing.T) {
+func (c *corpus) drain(t *testing.T) { verifyAll(t, c.store) }
+
+// verifyAll verifies every stored copy with the real verify pool.
+func verifyAll(t *testing.T, s *rawstore.Store) {
 	t.Helper()
-	pool, err := lazyparse.New(lazyparse.Options{Store: c.store, Workers: 2})
+	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.store.Stats(); st.Pending != 0 {
+	if st, _ := s.Stats(); st.Pending != 0 {
 		t.Fatalf("%d pending after drain", st.Pending)
 	}
 }
@@ -294,6 +297,31 @@ func queryWith(t *testing.T, q func([]filter.Filter, func(*event.Event, []byte) 
 	return out, err
 }
 
+// queryIDs is query through QueryIDs, which must give the same ids in
+// the same order (from index keys alone where the index is exact), each
+// with its event's created_at.
+func (c *corpus) queryIDs(t *testing.T, fs []filtertest.Filter) ([]string, error) {
+	t.Helper()
+	at := make(map[string]int64, len(c.all))
+	for _, e := range c.all {
+		at[e.ID] = e.CreatedAt
+	}
+	pf, err := filter.Parse([]byte(filtertest.JSONArray(fs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	err = c.store.QueryIDs(pf, func(ts int64, id [32]byte) error {
+		h := hex.EncodeToString(id[:])
+		if at[h] != ts {
+			return fmt.Errorf("%s: created_at %d, the event says %d", h, ts, at[h])
+		}
+		out = append(out, h)
+		return nil
+	})
+	return out, err
+}
+
 // checkFilters compares Query with the brute-force scan on n random
 // filter sets (one to three filters each).
 func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty, latestDiffers int) {
@@ -311,6 +339,9 @@ func (c *corpus) checkFilters(t *testing.T, seed uint64, n int) (nonEmpty, lates
 		want := filtertest.Brute(c.all, fs)
 		if !slices.Equal(got, want) {
 			t.Fatalf("filter set %d %s:\nindex: %d %v\nbrute: %d %v", i, filtertest.JSONArray(fs), len(got), got, len(want), want)
+		}
+		if got, err = c.queryIDs(t, fs); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("ids only, filter set %d %s (%v):\nindex: %d %v\nbrute: %d %v", i, filtertest.JSONArray(fs), err, len(got), got, len(want), want)
 		}
 		if got, err = queryWith(t, c.store.QueryLatest, fs); err != nil {
 			t.Fatal(err)
@@ -364,8 +395,12 @@ func (c *corpus) testBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := filtertest.Brute(c.all, fs); !slices.Equal(got, want) {
+		want := filtertest.Brute(c.all, fs)
+		if !slices.Equal(got, want) {
 			t.Fatalf("%s: index %v, brute %v", fs[0].JSON(), got, want)
+		}
+		if got, err = c.queryIDs(t, fs); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("ids only, %s: index %v (%v), brute %v", fs[0].JSON(), got, err, want)
 		}
 		if got, err = queryWith(t, c.store.QueryLatest, fs); err != nil {
 			t.Fatal(err)

@@ -41,6 +41,7 @@ type conn struct {
 	// it ends with CLOSED, so it does not hold a slot the client thinks free.
 	subsMu sync.Mutex
 	subs   map[string]*sub
+	negs   map[string]*negSession // NIP-77, guarded by subsMu too
 }
 
 // sub is an open subscription. The archive gets no new events while
@@ -55,6 +56,7 @@ type job struct {
 	count   bool // COUNT
 	id      string
 	filters []filter.Filter
+	neg     *negJob // NEG-OPEN or NEG-MSG
 }
 
 func (c *conn) shutdown() {
@@ -157,6 +159,8 @@ func (c *conn) do(j job) error {
 		return c.write(j.frame)
 	case j.count:
 		return c.count(j)
+	case j.neg != nil:
+		return c.neg(j.id, j.neg)
 	default:
 		return c.req(j)
 	}
@@ -268,6 +272,8 @@ func (c *conn) handle(data []byte) {
 	switch typ {
 	case "REQ", "COUNT":
 		c.handleQuery(typ, msg)
+	case "NEG-OPEN", "NEG-MSG", "NEG-CLOSE":
+		c.handleNeg(typ, msg)
 	case "CLOSE":
 		var id string
 		if len(msg) != 2 || json.Unmarshal(msg[1], &id) != nil {

@@ -1,7 +1,8 @@
 // Package serve answers Nostr clients from the archive as a read-only
-// relay: NIP-01 REQ and CLOSE, NIP-45 COUNT and the NIP-11 document, over
-// WebSockets (gws). Every answer comes from a Querier (rawstore.Store.Query),
-// which returns verified events only. Client EVENTs are refused.
+// relay: NIP-01 REQ and CLOSE, NIP-45 COUNT, NIP-77 negentropy (the relay
+// side) and the NIP-11 document, over WebSockets (gws). Every answer comes
+// from a Querier (rawstore.Store), which returns verified events only, so
+// an archive can be served while it is written. Client EVENTs are refused.
 //
 // Each connection has two goroutines: the reader (gws's ReadLoop) parses
 // messages and owns the subscription table; the writer answers them in
@@ -29,9 +30,11 @@ import (
 	"github.com/nostr-archiver/archiver/filter"
 )
 
-// Querier is what the relay reads: rawstore.Store.Query.
+// Querier is what the relay reads: rawstore.Store's Query, and QueryIDs
+// for NIP-77.
 type Querier interface {
 	Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error
+	QueryIDs(fs []filter.Filter, fn func(createdAt int64, id [32]byte) error) error
 }
 
 // Options are the relay's limits; zero fields take the defaults below.
@@ -39,14 +42,22 @@ type Options struct {
 	Addr             string        // listen address; default 127.0.0.1:7777
 	MaxLimit         int           // most events one filter of a REQ returns; default 5000
 	MaxSubs          int           // open subscriptions per connection; default 20
-	MaxMessageLength int           // largest client message, bytes; default 64 KiB
+	MaxMessageLength int           // largest client message, bytes; default 128 KiB (a NEG-MSG of our sync is up to 100 KB)
 	MaxCount         int           // COUNT stops there and says approximate; default 1,000,000
 	QueueDepth       int           // client messages waiting for the writer; default 64
 	WriteTimeout     time.Duration // per socket write; default 10s
+	MaxSyncEvents    int           // largest NIP-77 set, refused with "blocked:" above (strfry's max_sync_events); default 1,000,000
+	MaxSyncSessions  int           // open NIP-77 reconciliations per connection, each up to 40 B x MaxSyncEvents; default 2
+	// Listener, when set, is served instead of listening on Addr (a
+	// caller that binds early to report the error early: the daemon).
+	Listener net.Listener
 	// ErrorLog, when set, is told why a connection was dropped or a
 	// query failed.
 	ErrorLog func(error)
 }
+
+// DefaultOptions are the limits zero fields of Options take.
+func DefaultOptions() Options { return Options{}.withDefaults() }
 
 func (o Options) withDefaults() Options {
 	def := func(v *int, d int) {
@@ -59,9 +70,11 @@ func (o Options) withDefaults() Options {
 	}
 	def(&o.MaxLimit, 5000)
 	def(&o.MaxSubs, 20)
-	def(&o.MaxMessageLength, 64<<10)
+	def(&o.MaxMessageLength, 128<<10)
 	def(&o.MaxCount, 1_000_000)
 	def(&o.QueueDepth, 64)
+	def(&o.MaxSyncEvents, 1_000_000)
+	def(&o.MaxSyncSessions, 2)
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
@@ -83,12 +96,15 @@ type Server struct {
 	wg     sync.WaitGroup // Serve, and every connection's reader and writer
 }
 
-// New starts serving q on o.Addr.
+// New starts serving q on o.Addr (or o.Listener).
 func New(q Querier, o Options) (*Server, error) {
 	o = o.withDefaults()
-	ln, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("serve: listen on %s: %w", o.Addr, err)
+	ln := o.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.Addr); err != nil {
+			return nil, fmt.Errorf("serve: listen on %s: %w", o.Addr, err)
+		}
 	}
 	s := &Server{q: q, o: o, ln: ln, conns: make(map[*conn]struct{}), info: infoDoc(&o)}
 	s.upgrader = gws.NewUpgrader(handler{}, &gws.ServerOption{
@@ -144,7 +160,7 @@ func infoDoc(o *Options) []byte {
 		"name":           "archiver",
 		"description":    "a read-only Nostr archive: verified events only; EVENT is refused",
 		"software":       "https://github.com/nostr-archiver/archiver",
-		"supported_nips": []int{1, 11, 45},
+		"supported_nips": []int{1, 11, 45, 77},
 		"limitation": map[string]any{
 			"max_limit":          o.MaxLimit,
 			"default_limit":      o.MaxLimit,
@@ -209,6 +225,7 @@ func (s *Server) upgrade(w http.ResponseWriter, req *http.Request) {
 		jobs:   make(chan job, s.o.QueueDepth),
 		stop:   make(chan struct{}),
 		subs:   make(map[string]*sub),
+		negs:   make(map[string]*negSession),
 	}
 	socket.Session().Store(sessionKey, c)
 	s.mu.Lock()

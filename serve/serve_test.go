@@ -334,7 +334,7 @@ func TestNIP11(t *testing.T) {
 	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
-	if !slices.Equal(doc.NIPs, []int{1, 11, 45}) || doc.Lim.MaxLimit != 123 || doc.Lim.MaxSubs != 7 || doc.Lim.MaxMsgLen != 4096 || !doc.Lim.Writes {
+	if !slices.Equal(doc.NIPs, []int{1, 11, 45, 77}) || doc.Lim.MaxLimit != 123 || doc.Lim.MaxSubs != 7 || doc.Lim.MaxMsgLen != 4096 || !doc.Lim.Writes {
 		t.Fatalf("NIP-11 document %s", body)
 	}
 	// A message over max_message_length ends the connection.
@@ -408,6 +408,8 @@ func (q endless) Query(_ []filter.Filter, fn func(*event.Event, []byte) error) e
 		}
 	}
 }
+
+func (endless) QueryIDs([]filter.Filter, func(int64, [32]byte) error) error { return nil }
 
 // A client that stops reading in the middle of one large answer is
 // dropped when a write outlasts WriteTimeout; the query is abandoned.

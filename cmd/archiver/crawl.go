@@ -11,6 +11,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/nostr-archiver/archiver/serve"
 )
 
 func runCrawl(args []string) int {
@@ -32,6 +33,7 @@ func runCrawl(args []string) int {
 		kinds    = fs.String("kinds", "", "only these kinds, comma-separated")
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
+		serveOn  = fs.String("serve", "", "also serve the archive as a read-only Nostr relay on this address while crawling (verified events only)")
 		prove    = fs.Bool("nip77-proof", true, "after a relay is drained, reconcile the range over NIP-77 where its NIP-11 lists 77: fetch what paging missed and record the proof (not with --kinds or --authors)")
 	)
 	var keyFiles repeated
@@ -110,6 +112,15 @@ func runCrawl(args []string) int {
 		}
 	}()
 
+	if *serveOn != "" {
+		so := serve.DefaultOptions()
+		so.Addr = *serveOn
+		srv, err := startServing(store, c.data, so, log)
+		if err != nil {
+			return fail("crawl", fmt.Errorf("--serve: %w", err))
+		}
+		defer srv.Close() // before the store closes (deferred earlier)
+	}
 	var ver *verifier
 	if !*noVerify {
 		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {

@@ -13,7 +13,7 @@ import (
 const usage = `archiver: archive Nostr relays completely.
 
 Usage:
-  archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--log-format auto|console|json]
+  archiver run       [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--serve ADDR] [--log-format auto|console|json]
   archiver crawl     [--data DIR] [--since T] [--until T] [--kinds K,K] [--authors HEX,HEX] [--no-verify] [--auth-key-file [RELAY_URL=]PATH] RELAY_URL...
   archiver sync      [--data DIR] [--since T] [--until T] RELAY_URL...
   archiver reprocess [--data DIR] [--all] [--index]
@@ -24,7 +24,7 @@ Usage:
   archiver relays    [--data DIR] [--json]
   archiver repair    [--data DIR] [--relay URL ...]
   archiver show      [--data DIR] [--json] EVENT_ID
-  archiver serve     [--data DIR] [--listen ADDR]   (read-only relay; not while a crawl or run holds the archive)
+  archiver serve     [--data DIR] [--listen ADDR]   (read-only relay; while the daemon writes the archive: run --serve)
   archiver submit    --nats URL [--id ID] [--mode backfill|live] [--kinds K,K] [--since T] [--until T] [--wait] RELAY_URL...
   archiver jobs      --nats URL [JOB_ID...]
   archiver version

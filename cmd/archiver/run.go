@@ -33,8 +33,9 @@ func runDaemon(args []string) int {
 	fs.StringVar(&o.LogLevel, "log-level", "", "debug, info, warn or error (overrides log_level)")
 	fs.StringVar(&o.NATSURL, "nats", "", "NATS server URL (overrides nats.url)")
 	fs.Var(&relays, "relay", "a relay to keep archived (repeatable; added to the file's relays)")
+	fs.StringVar(&o.ServeListen, "serve", "", "also serve the archive as a read-only Nostr relay on this address (overrides serve.listen)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: archiver run [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...]\n\nKeeps relays archived until SIGTERM; SIGHUP reloads the configuration.")
+		fmt.Fprintln(fs.Output(), "Usage: archiver run [--config FILE] [--data DIR] [--listen ADDR] [--relay URL ...] [--serve ADDR]\n\nKeeps relays archived until SIGTERM; SIGHUP reloads the configuration.")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseNoArgs(fs, args); !ok {
