@@ -207,7 +207,7 @@ func damageNote(err error, data string) string {
 	if !errors.As(err, &de) {
 		return ""
 	}
-	return fmt.Sprintf(" (not complete: the archive met %d damaged records during the run; `archiver check --data %s` lists them, `archiver repair --data %s` fetches them again)", de.N, data, data)
+	return fmt.Sprintf("; not complete: the archive met %d damaged records during the run (`archiver check --data %s` lists them, `archiver repair --data %s` fetches them again)", de.N, data, data)
 }
 
 // hint says what to try next after a relay could not be reached, from the
