@@ -38,7 +38,7 @@ func TestCompleteness(t *testing.T) {
 		relay   testrelay.Options
 		finish  string // drained, or the honest reason
 		detail  string
-		missing int    // valid events a relay never serves (the unproven case)
+		missing int    // valid events a relay never serves (the unproven case; -1: some)
 		proof   string // every range's proof when drained (default: count where the relay counts)
 	}{
 		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
@@ -58,6 +58,23 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
+		// Relays that read since and until as strict bounds, against
+		// NIP-01: paging by until alone loses the rest of each second a
+		// page was cut in, and a wall's own second reads as empty.
+		{name: "until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+			relay: testrelay.Options{MaxLimit: 137, UntilExclusive: true}, finish: crawl.FinishDrained},
+		{name: "since and until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Wall: 400},
+			relay: with(clamped, func(o *testrelay.Options) {
+				o.SinceExclusive, o.UntilExclusive, o.SupportCount = true, true, true
+			}), finish: crawl.FinishDrained},
+		{name: "strict bounds, NIP-77", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+			relay:  testrelay.Options{MaxLimit: 137, SinceExclusive: true, UntilExclusive: true, NIP77: true, OmitEvery: 50, OmitForever: true},
+			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
+		// A relay that answers broad filters with nothing looks empty;
+		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
+		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},
+			relay:  testrelay.Options{RefuseBroad: true},
+			finish: crawl.FinishUnproven, detail: "limit_scrapers", missing: 300},
 		// The same relay offering NIP-77: the audit reconciles each range,
 		// fetches by id what the pages never showed, and proves it.
 		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
@@ -87,6 +104,9 @@ func TestCompleteness(t *testing.T) {
 				if proof == "" && tc.relay.SupportCount {
 					proof = crawl.ProofCount
 				}
+				if proof != "" && res[0].Proof != proof {
+					t.Errorf("result proof %q, want %q", res[0].Proof, proof)
+				}
 				for _, c := range rec.Coverage {
 					if proof != "" && c.Proof != proof {
 						t.Errorf("range %+v not proven by %s", c, proof)
@@ -108,20 +128,66 @@ func TestCompleteness(t *testing.T) {
 			// Unproven: what the relay served is archived, and the ranges
 			// that COUNT shows short are named.
 			got := a.exported(t)
-			if len(got) >= len(f.Valid) || len(got) < len(f.Valid)*9/10 {
+			if tc.missing > 0 && len(got) != max(len(f.Valid)-tc.missing, 0) ||
+				tc.missing < 0 && (len(got) >= len(f.Valid) || len(got) < len(f.Valid)*9/10) {
 				t.Errorf("archived %d of %d valid events", len(got), len(f.Valid))
 			}
 			unproven := 0
 			for _, c := range rec.Coverage {
 				if c.Proof == crawl.ProofUnproven {
 					unproven++
-					if c.Count <= c.Held || c.Why == "" || c.Repaged != 2 {
+					if c.Why == "" {
+						t.Errorf("unproven range %+v without a reason", c)
+					}
+					if tc.relay.SupportCount && (c.Count <= c.Held || c.Repaged != 2) {
 						t.Errorf("unproven range %+v: want count > held, a reason, and 2 re-pages", c)
 					}
 				}
 			}
 			if unproven == 0 {
 				t.Errorf("no range recorded unproven: %+v", rec.Coverage)
+			}
+		})
+	}
+}
+
+// A relay that served nothing is drained only where that is shown: its
+// COUNT of 0, or an answer to a filter without bounds (then the range is
+// truly empty: a job split in time often has empty parts). Paging alone
+// proves nothing, as a relay that answers broad filters with nothing
+// pages exactly the same.
+func TestEmptyRelay(t *testing.T) {
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 16, Events: 50, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		relay  testrelay.Options
+		items  []testrelay.Item
+		finish string
+		proof  string
+	}{
+		{"empty, counts", testrelay.Options{SupportCount: true}, nil, crawl.FinishDrained, crawl.ProofCount},
+		{"empty, no COUNT", testrelay.Options{}, nil, crawl.FinishUnproven, crawl.ProofUnproven},
+		{"events outside the range", testrelay.Options{}, f.Items, crawl.FinishDrained, crawl.ProofPaged},
+		{"events outside the range, broad filters refused", testrelay.Options{RefuseBroad: true}, f.Items, crawl.FinishUnproven, crawl.ProofUnproven},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relay := startRelay(t, tc.relay, tc.items)
+			a := openArchive(t)
+			res := a.crawl(t, crawl.Options{PageTimeout: time.Second, Since: 1000, Until: 2000}, relay.URL())
+			if res[0].Finish != tc.finish {
+				t.Errorf("%v, want %s", res[0], tc.finish)
+			}
+			cov := a.record(t).Coverage
+			if len(cov) == 0 {
+				t.Fatal("no coverage recorded")
+			}
+			for _, c := range cov {
+				if c.Proof != tc.proof || c.Held != 0 {
+					t.Errorf("range %+v, want proof %s holding 0", c, tc.proof)
+				}
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -37,6 +38,20 @@ const (
 	ProofUnproven = "unproven" // the relay's COUNT says more than paging (even again) yields
 )
 
+// proofStrength orders the proofs of a drained relay, weakest first.
+var proofStrength = map[string]int{ProofPaged: 1, ProofCount: 2, ProofNIP77: 3}
+
+// weakestProof is the proof every range of cs has at least ("" for none).
+func weakestProof(cs []RangeCoverage) string {
+	weakest := ""
+	for _, c := range cs {
+		if weakest == "" || proofStrength[c.Proof] < proofStrength[weakest] {
+			weakest = c.Proof
+		}
+	}
+	return weakest
+}
+
 // maxNegAudit bounds the ids of a range reconciled over NIP-77 in one
 // piece (the archive's side is held in memory, 40 bytes an id); larger
 // ranges are checked by COUNT.
@@ -59,7 +74,7 @@ type tally struct {
 
 // tally counts a page of shard s (as it stood when the page was asked)
 // and shows its authors to the known-author set.
-func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
+func (r *relayCrawl) tally(s shard.Shard, items []relayconn.Item, malformed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -98,7 +113,7 @@ func (r *relayCrawl) held(since, until int64) (int64, error) {
 }
 
 // observeAuthors shows items' authors to the known-author set.
-func (r *relayCrawl) observeAuthors(items []Item) {
+func (r *relayCrawl) observeAuthors(items []relayconn.Item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -165,7 +180,61 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		}
 		out = append(out, c)
 	}
+	if r.broadFilter() && servedNothing(out) && !r.servesBroad(ctx) {
+		for i := range out {
+			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
+		}
+	}
 	return out
+}
+
+// JoinCoverage joins neighbouring ranges (in the record's order) that
+// touch and were proven the same way for the same reason: a
+// crawl records one per shard, dozens of lines saying the same. What
+// they hold and count is summed.
+func JoinCoverage(cs []RangeCoverage) []RangeCoverage {
+	var out []RangeCoverage
+	for _, c := range cs {
+		if n := len(out); n > 0 {
+			p := &out[n-1]
+			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
+				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// whyEmpty is why a relay that served nothing at all is not proven empty.
+const whyEmpty = "the relay served no event at all, not even to a filter without bounds, and answers neither COUNT nor NIP-77 to show it holds none; " +
+	"some relays answer broad filters with nothing (nostr-rs-relay with limit_scrapers): try --kinds with --authors"
+
+// broadFilter reports whether the crawl's filter is one a relay may
+// refuse as a scraper's: nostr-rs-relay wants at least two of ids,
+// authors, kinds and tags.
+func (r *relayCrawl) broadFilter() bool {
+	return len(r.c.opts.Kinds) == 0 || len(r.c.opts.Authors) == 0
+}
+
+// servesBroad asks the relay for any one event with the broadest filter
+// there is: one that answers it pages broad filters truly, so ranges it
+// paged as empty are empty (a job split in time often has empty parts).
+func (r *relayCrawl) servesBroad(ctx context.Context) bool {
+	page, _, err := r.fetch(ctx, []byte(`{"limit":1}`))
+	return err == nil && page.End == relayconn.EndEOSE && len(page.Items) > 0
+}
+
+// servedNothing reports whether every range is merely paged and holds
+// nothing: the sign of a relay that answers each page with an empty EOSE.
+func servedNothing(cs []RangeCoverage) bool {
+	for _, c := range cs {
+		if c.Proof != ProofPaged || c.Held != 0 {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 // checkRange compares c's held count with the relay's COUNT for [since,
@@ -258,7 +327,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 
 // copies hands items to the store, with the created_at the receive path
 // scanned.
-func copies(items []Item) []rawstore.Copy {
+func copies(items []relayconn.Item) []rawstore.Copy {
 	out := make([]rawstore.Copy, len(items))
 	for i, it := range items {
 		out[i] = storeCopy(it)
@@ -266,7 +335,7 @@ func copies(items []Item) []rawstore.Copy {
 	return out
 }
 
-func storeCopy(it Item) rawstore.Copy {
+func storeCopy(it relayconn.Item) rawstore.Copy {
 	return rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true}
 }
 

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nostr-archiver/archiver/adaptive"
-	"github.com/nostr-archiver/archiver/shard"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/nostr-archiver/archiver/shard"
 
 	"github.com/nostr-archiver/archiver/nip11"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -35,6 +36,9 @@ type RelayRecord struct {
 	NIP11          *nip11.Limitation `json:"nip11,omitempty"`
 	UnknownLabels  map[string]int    `json:"unknown_labels,omitempty"`
 	Auths          int64             `json:"auths,omitempty"` // NIP-42 AUTHs the relay accepted (the key itself is never stored)
+	// Bounds is how the relay reads since and until when not as NIP-01
+	// says (both inclusive): the crawl asks it one second wider.
+	Bounds string `json:"bounds,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
@@ -68,14 +72,17 @@ type WallReport struct {
 
 // relayCrawl is the state of one relay's crawl.
 type relayCrawl struct {
-	c       *Crawler
-	url     string
-	idx     uint32
-	log     *zap.Logger
-	limit   int // requested page limit
-	count   bool
-	nip77   bool // NIP-11 lists 77: negWall may finish a wall REQ could not
-	conns   *connPool
+	c     *Crawler
+	url   string
+	idx   uint32
+	log   *zap.Logger
+	limit int // requested page limit
+	count bool
+	nip77 bool // NIP-11 lists 77: negWall may finish a wall REQ could not
+	conns *connPool
+	// bounds is how the relay reads since and until (learnBounds, before
+	// any shard is planned); guarded by mu.
+	bounds  bounds
 	metrics *relayMetrics
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
@@ -134,6 +141,8 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	r.conns = newConnPool(r)
 	defer r.conns.close()
+	r.rec.Bounds = ""
+	r.learnBounds(ctx)
 
 	job, shards, err := r.loadJob(ctx)
 	if err == nil {
@@ -315,7 +324,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishIncompleteWalls, Detail: fmt.Sprintf("seconds %v could not be completed or proven complete (see the walls in stats)", incomplete)}
 	}
 	var unproven []string
-	for _, c := range r.rec.Coverage {
+	for _, c := range JoinCoverage(r.rec.Coverage) {
 		if c.Proof == ProofUnproven {
 			unproven = append(unproven, fmt.Sprintf("[%d, %s]: %s", c.Since, untilText(c.Until), c.Why))
 		}
@@ -323,7 +332,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	if len(unproven) > 0 {
 		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
-	return Result{Relay: r.url, Finish: FinishDrained}
+	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(coverage)}
 }
 
 // fail ends the relay's crawl with a terminal reason (the first one wins).
@@ -365,7 +374,7 @@ func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 
 // refusedDial records a failed connection attempt.
 func (r *relayCrawl) refusedDial(err error) {
-	if errors.Is(err, ErrTooManyRequests) {
+	if errors.Is(err, relayconn.ErrTooManyRequests) {
 		r.refusal("http-429", adaptive.HTTP429)
 	} else {
 		r.refusal("dial-error", 0)
@@ -379,7 +388,7 @@ func (r *relayCrawl) refusedDial(err error) {
 // disk in queue order while r.mu is held only for that moment: the
 // relay's other workers keep paging during the commit. It returns the
 // shard as it now stands.
-func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
+func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
 		b.Events = copies(items)
@@ -417,19 +426,9 @@ type shardAdvance struct {
 	cursor int64
 }
 
-// backoff sleeps for the attempt-th retry: exponential with full jitter.
+// backoff sleeps for the attempt-th retry (relayconn.Backoff).
 func (c *Crawler) backoff(ctx context.Context, attempt int) error {
-	d := c.opts.BackoffMin << min(attempt, 16)
-	d = min(d, c.opts.BackoffMax)
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return relayconn.Backoff{Min: c.opts.BackoffMin, Max: c.opts.BackoffMax, Jitter: c.opts.jitter}.Wait(ctx, attempt)
 }
 
 // untilText shows a range's upper bound; 0 is none.

@@ -14,6 +14,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/zap/zaptest"
 )
@@ -68,7 +69,7 @@ func (a *archive) sync(t *testing.T, url string) crawl.SyncResult {
 	defer cancel()
 	return crawl.Sync(ctx, crawl.SyncOptions{
 		Store: a.store, Since: 0, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
-		Dial: crawl.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+		Dial: relayconn.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
 	}, url)
 }
 
@@ -118,6 +119,9 @@ func TestSyncModes(t *testing.T) {
 		{name: "go-nostr responder", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096, NegResponder: goNostrResponder}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true}, outcome: crawl.SyncComplete, cap: 1000, windows: 4},
 		{name: "cap unnamed", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000}, outcome: crawl.SyncComplete, windows: 4},
+		// Windows meet at seconds a strict-bounds relay leaves out of both.
+		{name: "strict bounds, cap named", opts: testrelay.Options{NIP77: true, NegMaxRecords: 1000, NegCapInReason: true, SinceExclusive: true, UntilExclusive: true},
+			outcome: crawl.SyncComplete, cap: 1000, windows: 4},
 		{name: "closed on idle", opts: testrelay.Options{NIP77: true, NegCloseEvery: 2, NegFrameLimit: 4096}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "notice only", opts: testrelay.Options{NegNoticeOnly: true}, outcome: crawl.SyncUnsupported, detail: "negentropy disabled"},
 		{name: "listed but refused", opts: testrelay.Options{ListNIP77: true}, outcome: crawl.SyncUnsupported, detail: "lists NIP-77"},
@@ -216,7 +220,7 @@ func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
 	defer cancel()
 	res := crawl.Sync(ctx, crawl.SyncOptions{
 		Store: a.store, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
-		Dial: crawl.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+		Dial: relayconn.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
 	}, relay.URL())
 	t.Logf("%+v", res)
 	if res.Outcome != crawl.SyncComplete || res.Fetched != len(f.Valid) || res.Windows < 2 {

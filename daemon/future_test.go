@@ -27,11 +27,61 @@ func TestBackfillArchivesFutureEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := testrelay.New(testrelay.Options{SupportCount: true})
+	st, dir := backfillOnce(t, testrelay.Options{SupportCount: true}, f.Items)
+	rel := st.Relays[0]
+	if rel.LastFinish != crawl.FinishDrained || !rel.BackfillComplete || st.Valid != int64(len(f.Valid)) {
+		t.Errorf("finish %q with %d of %d valid events", rel.LastFinish, st.Valid, len(f.Valid))
+	}
+	if len(rel.Coverage) == 0 {
+		t.Errorf("/status shows no coverage")
+	}
+	for _, c := range rel.Coverage {
+		if c.Proof != crawl.ProofCount {
+			t.Errorf("range %+v not proven by COUNT", c)
+		}
+	}
+	if top := rel.Coverage[len(rel.Coverage)-1]; top.Until != 0 {
+		t.Errorf("newest range %+v has an upper bound", top)
+	}
+
+	store, err := rawstore.Open(rawstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Add(f.Items...)
+	defer store.Close()
+	for _, id := range f.Future {
+		if src, err := store.Sources(id); err != nil || len(src) == 0 {
+			t.Errorf("future-dated event %s not archived (%v)", hex.EncodeToString(id[:]), err)
+		}
+	}
+}
+
+// A backfill that ends unproven starts nothing it promises: /status says
+// why, and backfill_complete stays false.
+func TestUnprovenBackfillIsNotComplete(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 15, Events: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := backfillOnce(t, testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true}, f.Items)
+	rel := st.Relays[0]
+	if rel.LastFinish != crawl.FinishUnproven || rel.BackfillComplete {
+		t.Errorf("finish %q, backfill_complete %v: want unproven and not complete", rel.LastFinish, rel.BackfillComplete)
+	}
+}
+
+// backfillOnce runs a daemon whose one relay (opts, serving items) is
+// backfilled without a live tail, until the backfill stopped and every
+// event is verified, and returns its last /status and data directory.
+func backfillOnce(t *testing.T, opts testrelay.Options, items []testrelay.Item) (*Status, string) {
+	t.Helper()
+	r, err := testrelay.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(items...)
 	t.Cleanup(func() { r.Close() })
 	dir := t.TempDir()
 	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
@@ -64,30 +114,5 @@ func TestBackfillArchivesFutureEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	rel := st.Relays[0]
-	if rel.LastFinish != crawl.FinishDrained || st.Valid != int64(len(f.Valid)) {
-		t.Errorf("finish %q with %d of %d valid events", rel.LastFinish, st.Valid, len(f.Valid))
-	}
-	if len(rel.Coverage) == 0 {
-		t.Errorf("/status shows no coverage")
-	}
-	for _, c := range rel.Coverage {
-		if c.Proof != crawl.ProofCount {
-			t.Errorf("range %+v not proven by COUNT", c)
-		}
-	}
-	if top := rel.Coverage[len(rel.Coverage)-1]; top.Until != 0 {
-		t.Errorf("newest range %+v has an upper bound", top)
-	}
-
-	store, err := rawstore.Open(rawstore.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	for _, id := range f.Future {
-		if src, err := store.Sources(id); err != nil || len(src) == 0 {
-			t.Errorf("future-dated event %s not archived (%v)", hex.EncodeToString(id[:]), err)
-		}
-	}
+	return st, dir
 }

@@ -71,11 +71,15 @@ func (l *relayLoop) run(ctx context.Context) {
 		}
 		// Incomplete walls and unproven ranges are reported, not retried
 		// at once: paging the same relay again soon would yield the same.
+		// The live tail starts, but the backfill is complete only when
+		// drained: /status's backfill_complete is a promise.
 		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls || res.Finish == crawl.FinishUnproven
 		l.set(func(l *relayLoop) {
 			l.last, l.passes = res, l.passes+1
 			if ok {
-				l.backfillComplete = true
+				// A pass that could not reach the relay leaves the last
+				// finished pass's word standing.
+				l.backfillComplete = res.Drained()
 			}
 		})
 		if !ok {

@@ -97,7 +97,7 @@ func (s *Store) EnsureIDIndex() error {
 		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
 			continue
 		}
-		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: v[eventHeaderLen:]}
+		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: eventRaw(v)}
 		if ts, ok := copyTime(&c); ok {
 			indexID(b, &c.ID, ts, binary.BigEndian.Uint32(v[1:5]))
 		}
@@ -216,7 +216,7 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 		if ok, err := served(&id, binary.BigEndian.Uint32(v[1:5])); !ok || err != nil {
 			return err
 		}
-		if match == nil || match(v[eventHeaderLen:]) {
+		if match == nil || match(eventRaw(v)) {
 			n++
 		}
 		return nil

@@ -104,7 +104,8 @@ func (s *Store) forgetDamagedVerdict(b *pebble.Batch, id *[32]byte, counts map[s
 	return nil
 }
 
-// header of an E value: version byte, first relay (uint32 BE).
+// header of a version 1 E value: version byte, first relay (uint32 BE);
+// see seen.go for version 2.
 const eventHeaderLen = 5
 
 // Ingest commits a batch atomically, durably unless the store is NoSync.
@@ -144,6 +145,7 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 // batch join it (Pebble cannot read them back).
 func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
 	var res IngestResult
+	seen := s.now()
 	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
 		return res, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
 	}
@@ -170,8 +172,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		}
 		switch {
 		case stored == nil:
-			v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
-			v[0] = 1
+			v := eventHeader(seen, len(c.Raw))
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
 			if s.ids != nil {
@@ -185,9 +186,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 				newIDs++
 				res.New++
 			}
-		case bytes.Equal(stored[eventHeaderLen:], c.Raw):
+		case bytes.Equal(eventRaw(stored), c.Raw):
 			if first != in.Relay {
-				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
 			}
 			dups++
 			res.Duplicates++
@@ -200,7 +201,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 				return res, err
 			}
 			if first != in.Relay {
-				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
 			}
 			if isNew {
 				res.Variants++
@@ -448,11 +449,7 @@ func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[s
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return false, fmt.Errorf("rawstore: lookup variant %x: %w", c.ID[:8], err)
 	}
-	v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
-	v[0] = 1
-	binary.BigEndian.PutUint32(v[1:], relay)
-	v = append(v, c.Raw...)
-	_ = b.Set(k, v, nil)
+	_ = b.Set(k, eventValue(relay, s.now(), c.Raw), nil)
 	_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), k[1:], nil)
 	return true, nil
 }

@@ -203,6 +203,9 @@ func (c *conn) serve(j job) error {
 	snap := c.r.store.snap.Load()
 	pos := c.pos[:0]
 	for i := range j.filters {
+		if o.RefuseBroad && anyBroad(j.filters) {
+			break
+		}
 		f := &j.filters[i]
 		pos = snap.match(pos, f, f.effectiveLimit(o), o.ExtraOutOfRange, o.IgnoreUntil)
 	}
@@ -511,6 +514,7 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 			c.refuse("CLOSED", id, reason(o, "invalid", "bad filter: "+err.Error()))
 			return
 		}
+		f.strictBounds(o.SinceExclusive, o.UntilExclusive)
 		filters = append(filters, f)
 	}
 	if o.AuthRequired && !c.authed {
@@ -573,6 +577,26 @@ func byIDs(fs []filter) bool {
 		}
 	}
 	return len(fs) > 0
+}
+
+// anyBroad reports whether a filter of fs is what nostr-rs-relay calls a
+// scraper: its precision (ids 2, authors, kinds and tags 1 each) under 2.
+func anyBroad(fs []filter) bool {
+	for i := range fs {
+		p := 0
+		if len(fs[i].ids) > 0 {
+			p += 2
+		}
+		for _, n := range []int{len(fs[i].authors), len(fs[i].kinds), len(fs[i].tags)} {
+			if n > 0 {
+				p++
+			}
+		}
+		if p < 2 {
+			return true
+		}
+	}
+	return false
 }
 
 // bend applies OmitEvery and DuplicateEvery to a page's positions (in

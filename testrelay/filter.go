@@ -75,6 +75,19 @@ func parseFilter(raw []byte) (filter, error) {
 
 // matchesRest reports whether it matches f's authors, kinds and tags; the
 // caller has already applied ids, since and until.
+// strictBounds makes f's since and until exclusive where asked, by
+// moving them one second inward.
+func (f *filter) strictBounds(since, until bool) {
+	if since && f.since != nil {
+		s := *f.since + 1
+		f.since = &s
+	}
+	if until && f.until != nil {
+		u := *f.until - 1
+		f.until = &u
+	}
+}
+
 func (f *filter) matchesRest(it *Item) bool {
 	if f.kinds != nil && !slices.Contains(f.kinds, it.Kind) {
 		return false

@@ -58,6 +58,7 @@ func (c *conn) onNeg(label string, args []json.RawMessage, o *Options) {
 			c.refuse("NEG-ERR", id, "error: bad filter: "+err.Error())
 			return
 		}
+		f.strictBounds(o.SinceExclusive, o.UntilExclusive)
 		items := c.negItems(&f)
 		if o.NegMaxRecords > 0 && len(items) > o.NegMaxRecords {
 			why := "blocked: too many records"

@@ -33,6 +33,11 @@ type Options struct {
 
 	// IgnoreUntil serves every filter as if it had no `until`.
 	IgnoreUntil bool
+	// SinceExclusive and UntilExclusive read the bounds of a REQ's, COUNT's
+	// or NEG-OPEN's filter as
+	// strict (since < created_at, created_at < until), as nostr-rs-relay
+	// before mid 2023 and relayer did both, against NIP-01.
+	SinceExclusive, UntilExclusive bool
 	// ExtraOutOfRange adds up to this many stored events just newer than
 	// `until` and as many just older than `since` to each page.
 	ExtraOutOfRange int
@@ -134,6 +139,11 @@ type Options struct {
 	// hashes to 0 mod N. 0 means never.
 	OmitEvery   int
 	OmitForever bool
+	// RefuseBroad answers a REQ with any filter naming fewer than two of
+	// ids (which count two), authors, kinds and tags with an immediate EOSE
+	// and no events, as nostr-rs-relay does with limit_scrapers on: an open
+	// range then looks like an empty relay.
+	RefuseBroad bool
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool

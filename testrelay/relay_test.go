@@ -215,6 +215,21 @@ func TestFaultKnobsOnPages(t *testing.T) {
 				t.Fatalf("want the 5 newest, got %+v", evs)
 			}
 		}},
+		{"strict bounds", Options{SinceExclusive: true, UntilExclusive: true}, map[string]any{"since": 1040, "until": 1045, "limit": 100}, func(t *testing.T, evs []ev) {
+			if len(evs) != 4 || evs[0].CreatedAt != 1044 || evs[3].CreatedAt != 1041 {
+				t.Fatalf("want 1044..1041, got %+v", evs)
+			}
+		}},
+		{"broad filter refused", Options{RefuseBroad: true}, map[string]any{"kinds": []int{1}, "limit": 5}, func(t *testing.T, evs []ev) {
+			if len(evs) != 0 {
+				t.Fatalf("a kinds-only filter got %d events, want none", len(evs))
+			}
+		}},
+		{"precise filter served", Options{RefuseBroad: true}, map[string]any{"kinds": []int{1}, "authors": []string{testAuthors[0]}, "limit": 5}, func(t *testing.T, evs []ev) {
+			if len(evs) != 5 || evs[0].PubKey != testAuthors[0] || evs[0].Kind != 1 {
+				t.Fatalf("want 5 kind-1 events of the author, got %+v", evs)
+			}
+		}},
 		{"extra out of range", Options{ExtraOutOfRange: 2}, map[string]any{"since": 1040, "until": 1050, "limit": 100}, func(t *testing.T, evs []ev) {
 			var at []int64
 			for _, e := range evs {

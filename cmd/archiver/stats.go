@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 
 	"github.com/nostr-archiver/archiver/importer"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -33,6 +35,14 @@ func runStats(args []string) int {
 		log.Error("stats", zap.Error(err))
 		return 1
 	}
+	dels, err := store.Deletions()
+	switch {
+	case err == nil:
+		rep.Deletions = &dels
+	case !errors.Is(err, rawstore.ErrDeletionsNotIndexed):
+		log.Error("stats: deletion requests", zap.Error(err))
+		return 1
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -40,6 +50,11 @@ func runStats(args []string) int {
 		return 0
 	}
 	fmt.Printf("events   %d\nvalid    %d\ninvalid  %d\npending  %d\ndups     %d\n", rep.Events, rep.Valid, rep.Invalid, rep.Pending, rep.Duplicates)
+	if rep.Deletions != nil {
+		fmt.Printf("deletion requests %d, naming %d events of their own author (recorded, not applied)\n", dels.Requests, dels.Deleted)
+	} else {
+		fmt.Println("deletion requests: not indexed yet (archiver reprocess --index)")
+	}
 	reasons := make([]string, 0, len(rep.InvalidCopies))
 	for r := range rep.InvalidCopies {
 		reasons = append(reasons, r)
@@ -61,7 +76,7 @@ func runStats(args []string) int {
 				fmt.Printf("    unproven: %s\n", why)
 			}
 		}
-		for _, c := range joinCoverage(r.Coverage) {
+		for _, c := range crawl.JoinCoverage(r.Coverage) {
 			fmt.Printf("  range %s\n", coverageLine(c))
 		}
 		if r.NIP77 != "" {
@@ -80,25 +95,6 @@ func runStats(args []string) int {
 		}
 	}
 	return 0
-}
-
-// joinCoverage joins neighbouring ranges (in the record's order) that
-// touch and were proven the same way for the same reason: a
-// crawl records one per shard, dozens of lines saying the same. What
-// they hold and count is summed.
-func joinCoverage(cs []crawl.RangeCoverage) []crawl.RangeCoverage {
-	var out []crawl.RangeCoverage
-	for _, c := range cs {
-		if n := len(out); n > 0 {
-			p := &out[n-1]
-			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
-				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
-				continue
-			}
-		}
-		out = append(out, c)
-	}
-	return out
 }
 
 // coverageLine shows how one range of a relay was proven held, or why not.

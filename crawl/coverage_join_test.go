@@ -1,4 +1,4 @@
-package main
+package crawl_test
 
 import (
 	"reflect"
@@ -27,7 +27,7 @@ func TestJoinCoverage(t *testing.T) {
 		c(41, 49, crawl.ProofCount, 1, 1, ""),
 		c(50, 0, crawl.ProofNIP77, 9, 0, ""),
 	}
-	if got := joinCoverage(in); !reflect.DeepEqual(got, want) {
-		t.Errorf("joinCoverage:\n got %+v\nwant %+v", got, want)
+	if got := crawl.JoinCoverage(in); !reflect.DeepEqual(got, want) {
+		t.Errorf("JoinCoverage:\n got %+v\nwant %+v", got, want)
 	}
 }
