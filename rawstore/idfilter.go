@@ -37,9 +37,11 @@ const (
 	idProbes     = 7  // bits set per id, 9 bits of hash each
 	idBitsPerID  = 10 // ~1% false "maybe" at capacity
 	// Bounds of the ids a filter is sized for: twice the ids stored at
-	// open plus minIDFilterIDs, at most maxIDFilterIDs (32 MiB).
-	minIDFilterIDs = 2 << 20
-	maxIDFilterIDs = 26 << 20
+	// open plus minIDFilterIDs (2.5 MiB for a new archive), at most what
+	// maxIDFilterBytes holds (~27M ids).
+	minIDFilterIDs   = 2 << 20
+	maxIDFilterBytes = 32 << 20
+	maxIDFilterIDs   = maxIDFilterBytes * 8 / idBitsPerID
 )
 
 // newIDFilter returns a filter sized for the archive's stored ids.

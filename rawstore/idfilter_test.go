@@ -90,3 +90,20 @@ func TestIDFilterReopen(t *testing.T) {
 		t.Fatalf("stored %d events, want 750", st.Events)
 	}
 }
+
+// The filter's size follows the archive's at open, within its bounds.
+func TestIDFilterSize(t *testing.T) {
+	for _, tc := range []struct {
+		stored             int64
+		minBytes, maxBytes int
+	}{
+		{0, 2 << 20, 3 << 20},
+		{1 << 20, 4 << 20, 6 << 20},
+		{1 << 40, maxIDFilterBytes, maxIDFilterBytes + 64},
+	} {
+		f := newIDFilter(tc.stored)
+		if n := len(f.words) * 8; n < tc.minBytes || n > tc.maxBytes {
+			t.Errorf("%d ids stored: %d bytes, want [%d, %d]", tc.stored, n, tc.minBytes, tc.maxBytes)
+		}
+	}
+}
