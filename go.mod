@@ -7,6 +7,7 @@ require (
 	github.com/btcsuite/btcd/btcec/v2 v2.5.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/decred/dcrd/dcrec/secp256k1/v4 v4.4.0
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/lxzan/gws v1.9.1
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

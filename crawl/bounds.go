@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -51,7 +52,7 @@ func (b bounds) widen(since, until *int64) (*int64, *int64) {
 // learnBounds finds how the relay reads since and until (probeBounds,
 // over the crawl's connections and with the job's filter) and records it.
 func (r *relayCrawl) learnBounds(ctx context.Context) {
-	b, ok := probeBounds(func(since, until *int64) ([]*Item, bool) {
+	b, ok := probeBounds(func(since, until *int64) ([]*relayconn.Item, bool) {
 		page, _, err := r.fetch(ctx, r.c.opts.jobFilter(since, until, 1).bytes())
 		return itemsOf(page, err)
 	}, r.log)
@@ -64,11 +65,11 @@ func (r *relayCrawl) learnBounds(ctx context.Context) {
 }
 
 // itemsOf is what a probe's page yielded, if it ended as a page should.
-func itemsOf(page *Page, err error) ([]*Item, bool) {
-	if err != nil || page.End != EndEOSE {
+func itemsOf(page *relayconn.Page, err error) ([]*relayconn.Item, bool) {
+	if err != nil || page.End != relayconn.EndEOSE {
 		return nil, false
 	}
-	out := make([]*Item, len(page.Items))
+	out := make([]*relayconn.Item, len(page.Items))
 	for i := range page.Items {
 		out[i] = &page.Items[i]
 	}
@@ -81,7 +82,7 @@ func itemsOf(page *Page, err error) ([]*Item, bool) {
 // second wider on either side, then both. ok is false when the relay
 // served nothing to learn from, or its newest event to no filter naming
 // its second: then it is taken at NIP-01's word.
-func probeBounds(ask func(since, until *int64) ([]*Item, bool), log *zap.Logger) (b bounds, ok bool) {
+func probeBounds(ask func(since, until *int64) ([]*relayconn.Item, bool), log *zap.Logger) (b bounds, ok bool) {
 	newest, ok := ask(nil, nil)
 	if !ok || len(newest) == 0 {
 		return bounds{}, false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -73,7 +74,7 @@ type tally struct {
 
 // tally counts a page of shard s (as it stood when the page was asked)
 // and shows its authors to the known-author set.
-func (r *relayCrawl) tally(s shard.Shard, items []Item, malformed int) {
+func (r *relayCrawl) tally(s shard.Shard, items []relayconn.Item, malformed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -112,7 +113,7 @@ func (r *relayCrawl) held(since, until int64) (int64, error) {
 }
 
 // observeAuthors shows items' authors to the known-author set.
-func (r *relayCrawl) observeAuthors(items []Item) {
+func (r *relayCrawl) observeAuthors(items []relayconn.Item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known.observe(items)
@@ -222,7 +223,7 @@ func (r *relayCrawl) broadFilter() bool {
 // paged as empty are empty (a job split in time often has empty parts).
 func (r *relayCrawl) servesBroad(ctx context.Context) bool {
 	page, _, err := r.fetch(ctx, []byte(`{"limit":1}`))
-	return err == nil && page.End == EndEOSE && len(page.Items) > 0
+	return err == nil && page.End == relayconn.EndEOSE && len(page.Items) > 0
 }
 
 // servedNothing reports whether every range is merely paged and holds
@@ -326,7 +327,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 
 // copies hands items to the store, with the created_at the receive path
 // scanned.
-func copies(items []Item) []rawstore.Copy {
+func copies(items []relayconn.Item) []rawstore.Copy {
 	out := make([]rawstore.Copy, len(items))
 	for i, it := range items {
 		out[i] = storeCopy(it)
@@ -334,7 +335,7 @@ func copies(items []Item) []rawstore.Copy {
 	return out
 }
 
-func storeCopy(it Item) rawstore.Copy {
+func storeCopy(it relayconn.Item) rawstore.Copy {
 	return rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true}
 }
 

@@ -9,14 +9,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nostr-archiver/archiver/adaptive"
-	"github.com/nostr-archiver/archiver/nip11"
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/nip11"
+	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
@@ -71,16 +73,19 @@ type Options struct {
 	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
 	// (see auth.go); a relay without a key is never authenticated to.
 	AuthKeys *AuthKeys
-	// Dialer, if set, opens the TCP connections (DialOptions.NetDial).
+	// Dialer, if set, opens the TCP connections (relayconn.DialOptions.NetDial).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// jitter, if set, picks each backoff in [d/2, d] (relayconn.Backoff):
+	// tests fix it to assert the exact schedule.
+	jitter func(d time.Duration) time.Duration
 }
 
 // pingInterval keeps NAT and proxies from dropping a quiet connection.
 const pingInterval = 30 * time.Second
 
 // dialOptions are the options of every connection the crawler opens.
-func (o *Options) dialOptions() DialOptions {
-	return DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: pingInterval, NetDial: o.Dialer}
+func (o *Options) dialOptions() relayconn.DialOptions {
+	return relayconn.DialOptions{MaxFrame: o.MaxFrame, DialTimeout: o.DialTimeout, PingInterval: pingInterval, NetDial: o.Dialer}
 }
 
 // DefaultOptions holds the crawl's defaults, the one source of them: the

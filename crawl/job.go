@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -250,7 +251,7 @@ func (r *relayCrawl) probe(ctx context.Context, parts [][2]int64) ([]int64, bool
 			}
 			page, err := pc.c.Req(ctx, r.jobFilter(&sl[0], &sl[1], 1).bytes(), 1, r.c.opts.PageTimeout)
 			r.conns.release(pc)
-			if failed[i] = err != nil || page.End != EndEOSE; failed[i] {
+			if failed[i] = err != nil || page.End != relayconn.EndEOSE; failed[i] {
 				return
 			}
 			for _, it := range page.Items {

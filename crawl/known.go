@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"slices"
+
+	"github.com/nostr-archiver/archiver/relayconn"
 )
 
 // maxKnownAuthors bounds the authors a wall is split by beyond those it
@@ -21,7 +23,7 @@ const knownScan = 200_000
 type knownAuthors map[string]struct{}
 
 // observe adds the pubkeys of items while there is room.
-func (k knownAuthors) observe(items []Item) {
+func (k knownAuthors) observe(items []relayconn.Item) {
 	for _, it := range items {
 		if len(k) >= maxKnownAuthors {
 			return

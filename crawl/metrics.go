@@ -1,6 +1,9 @@
 package crawl
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics of the crawl, per relay, registered on the caller's registry.
 type Metrics struct {
@@ -75,7 +78,7 @@ func (rm *relayMetrics) refusal(kind string) { rm.m.refusals.WithLabelValues(rm.
 
 func (rm *relayMetrics) finish(reason string) { rm.m.finished.WithLabelValues(rm.relay, reason).Inc() }
 
-func (rm *relayMetrics) page(p *Page) {
+func (rm *relayMetrics) page(p *relayconn.Page) {
 	rm.pages.Inc()
 	rm.events.Add(float64(len(p.Items)))
 	rm.bytes.Add(float64(p.Bytes))

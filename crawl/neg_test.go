@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nostr-archiver/archiver/negentropy"
+	"github.com/nostr-archiver/archiver/relayconn"
 )
 
 func TestNegErrorClassify(t *testing.T) {
@@ -22,7 +23,7 @@ func TestNegErrorClassify(t *testing.T) {
 		{"error: negentropy disabled", false, 0, false},
 		{"auth-required: sign in", false, 0, false},
 	} {
-		e := &NegError{Reason: tc.reason}
+		e := &relayconn.NegError{Reason: tc.reason}
 		blocked, limit := e.Blocked()
 		if blocked != tc.blocked || limit != tc.limit || e.Closed() != tc.closed {
 			t.Errorf("%q: blocked %v limit %d closed %v, want %v %d %v", tc.reason, blocked, limit, e.Closed(), tc.blocked, tc.limit, tc.closed)

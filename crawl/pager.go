@@ -7,6 +7,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -92,7 +93,7 @@ type pageCommit struct {
 // commitAhead starts committing page items with s's cursor moved to
 // cursor, and returns s as it will then stand (the queue may yet raise its
 // Since: wait returns the shard as the queue has it).
-func (r *relayCrawl) commitAhead(items []Item, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
+func (r *relayCrawl) commitAhead(items []relayconn.Item, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -115,7 +116,7 @@ func (r *relayCrawl) release(s shard.Shard) {
 }
 
 // fetch sends one REQ on a pooled connection.
-func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn, error) {
+func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*relayconn.Page, *poolConn, error) {
 	if err := r.c.opts.Pause(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -145,11 +146,11 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*Page, *poolConn
 // cannot, it records the refusal (and tells the controller), backs off,
 // and ends the relay's crawl when the refusal is final or the page failed
 // too often.
-func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failures, slowdowns *int, what string) bool {
+func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *relayconn.Page, failures, slowdowns *int, what string) bool {
 	switch page.End {
-	case EndEOSE, EndOverflow:
+	case relayconn.EndEOSE, relayconn.EndOverflow:
 		return true
-	case EndClosed:
+	case relayconn.EndClosed:
 		act, prefix := classify(page.Reason)
 		switch act {
 		case actAuth:
@@ -192,27 +193,27 @@ func (r *relayCrawl) usable(ctx context.Context, pc *poolConn, page *Page, failu
 // NOTICE, a timeout, a lost connection) after failures earlier failures:
 // the refusal, the controller's signal, and a redial where the connection
 // may be dead.
-func (r *relayCrawl) transient(pc *poolConn, page *Page, failures int) {
+func (r *relayCrawl) transient(pc *poolConn, page *relayconn.Page, failures int) {
 	switch page.End {
-	case EndNotice:
+	case relayconn.EndNotice:
 		r.refusal("notice", adaptive.TooManyREQs)
-	case EndTimeout:
+	case relayconn.EndTimeout:
 		r.refusal("timeout", adaptive.Timeout)
 		if failures >= 1 {
 			r.conns.drop(pc) // a silent connection may be dead: redial
 		}
-	case EndConnLost:
+	case relayconn.EndConnLost:
 		r.refusal("conn-lost", adaptive.Dropped)
 		r.conns.drop(pc)
 	}
 }
 
-func (r *relayCrawl) malformed(pc *poolConn, page *Page) []rawstore.Malformed {
+func (r *relayCrawl) malformed(pc *poolConn, page *relayconn.Page) []rawstore.Malformed {
 	return toStore(append(page.Malformed, pc.c.TakeOrphans()...))
 }
 
 // toStore hands the transport's malformed frames to the store's type.
-func toStore(bad []Malformed) []rawstore.Malformed {
+func toStore(bad []relayconn.Malformed) []rawstore.Malformed {
 	if len(bad) == 0 {
 		return nil
 	}
@@ -226,7 +227,7 @@ func toStore(bad []Malformed) []rawstore.Malformed {
 // advance moves s's cursor past page, asked for [asked, s.Cursor], and
 // commits both: it returns the shard as it will stand and the commit,
 // still running.
-func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *Page) (shard.Shard, *pageCommit, error) {
+func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *relayconn.Page) (shard.Shard, *pageCommit, error) {
 	var n, frames, newer, older int
 	oldest := s.Cursor
 	if !s.Open() {
@@ -261,7 +262,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	top := r.densityTop(s.Cursor, oldest)
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
-	if page.End == EndEOSE && n > r.rec.EffectiveLimit {
+	if page.End == relayconn.EndEOSE && n > r.rec.EffectiveLimit {
 		r.rec.EffectiveLimit = n
 	}
 	r.ctrl.PageDone(r.c.opts.Now(), len(page.Items), page.Bytes, page.Latency)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -31,7 +32,7 @@ type connPool struct {
 }
 
 type poolConn struct {
-	c        *Conn
+	c        *relayconn.Conn
 	inflight int
 }
 
@@ -147,7 +148,7 @@ func (p *connPool) reap() {
 
 // dial connects with backoff. Only the relay's first connection retries
 // up to MaxAttempts: an extra connection that fails is just not opened.
-func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
+func (p *connPool) dial(ctx context.Context, first bool) (*relayconn.Conn, error) {
 	o := p.r.c.opts
 	if err := p.r.c.acquireConn(ctx, first); err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func (p *connPool) dial(ctx context.Context, first bool) (*Conn, error) {
 			}
 		}
 		tried++
-		c, err := Dial(ctx, p.r.url, o.dialOptions())
+		c, err := relayconn.Dial(ctx, p.r.url, o.dialOptions())
 		if err == nil {
 			return c, nil
 		}
@@ -230,7 +231,7 @@ func (p *connPool) drop(pc *poolConn) {
 
 // retire closes c and keeps its tally of unknown labels. Caller holds the
 // lock.
-func (p *connPool) retire(c *Conn) {
+func (p *connPool) retire(c *relayconn.Conn) {
 	c.Close()
 	p.r.metrics.conns.Dec()
 	p.r.c.releaseConn()

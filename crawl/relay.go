@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nostr-archiver/archiver/adaptive"
-	"github.com/nostr-archiver/archiver/shard"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/relayconn"
+	"github.com/nostr-archiver/archiver/shard"
 
 	"github.com/nostr-archiver/archiver/nip11"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -373,7 +374,7 @@ func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 
 // refusedDial records a failed connection attempt.
 func (r *relayCrawl) refusedDial(err error) {
-	if errors.Is(err, ErrTooManyRequests) {
+	if errors.Is(err, relayconn.ErrTooManyRequests) {
 		r.refusal("http-429", adaptive.HTTP429)
 	} else {
 		r.refusal("dial-error", 0)
@@ -387,7 +388,7 @@ func (r *relayCrawl) refusedDial(err error) {
 // disk in queue order while r.mu is held only for that moment: the
 // relay's other workers keep paging during the commit. It returns the
 // shard as it now stands.
-func (r *relayCrawl) commit(items []Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
+func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
 	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
 		b.Events = copies(items)
@@ -425,19 +426,9 @@ type shardAdvance struct {
 	cursor int64
 }
 
-// backoff sleeps for the attempt-th retry: exponential with full jitter.
+// backoff sleeps for the attempt-th retry (relayconn.Backoff).
 func (c *Crawler) backoff(ctx context.Context, attempt int) error {
-	d := c.opts.BackoffMin << min(attempt, 16)
-	d = min(d, c.opts.BackoffMax)
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return relayconn.Backoff{Min: c.opts.BackoffMin, Max: c.opts.BackoffMax, Jitter: c.opts.jitter}.Wait(ctx, attempt)
 }
 
 // untilText shows a range's upper bound; 0 is none.

@@ -13,6 +13,7 @@ import (
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/nip11"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -21,7 +22,7 @@ type SyncOptions struct {
 	Store *rawstore.Store
 	Since int64
 	Until int64 // -1: no upper bound (future-dated events included)
-	Dial  DialOptions
+	Dial  relayconn.DialOptions
 	// Idle is how long an answer (NEG-MSG or a page of ids) may take.
 	Idle       time.Duration
 	HTTPClient *http.Client
@@ -116,12 +117,12 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 	if err != nil {
 		return fail(SyncFailed, err)
 	}
-	c, err := Dial(ctx, relay, o.Dial)
+	c, err := relayconn.Dial(ctx, relay, o.Dial)
 	if err != nil {
 		return fail(SyncFailed, err)
 	}
 	defer func() { c.Close() }()
-	b, _ := probeBounds(func(since, until *int64) ([]*Item, bool) {
+	b, _ := probeBounds(func(since, until *int64) ([]*relayconn.Item, bool) {
 		return itemsOf(c.Req(ctx, (&Options{}).jobFilter(since, until, 1).bytes(), 1, o.Idle))
 	}, log)
 
@@ -132,10 +133,10 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		todo = todo[1:]
 		lo, hi := itemsIn(items, w.since, w.until)
 		at := o.Now().Unix()
-		out, err := reconcileOn(ctx, c, negFilter(b, w.since, w.until), items[lo:hi], o.Idle)
-		res.Rounds += out.rounds
-		res.NegBytes += int64(out.bytes)
-		var ne *NegError
+		out, err := relayconn.Reconcile(ctx, c, negFilter(b, w.since, w.until), items[lo:hi], o.Idle)
+		res.Rounds += out.Rounds
+		res.NegBytes += int64(out.Bytes)
+		var ne *relayconn.NegError
 		switch {
 		case err == nil:
 		case errors.As(err, &ne):
@@ -151,7 +152,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			if !blocked && !ne.Closed() {
 				rec.NIP77 = "refused: NEG-ERR " + ne.Reason
 				_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
-				return fail(SyncUnsupported, fmt.Errorf("%w: NEG-ERR %q%s", ErrNegRefused, ne.Reason, listedNote(listed)))
+				return fail(SyncUnsupported, fmt.Errorf("%w: NEG-ERR %q%s", relayconn.ErrNegRefused, ne.Reason, listedNote(listed)))
 			}
 			parts := split(w, items, limit, o.Now().Unix())
 			if parts == nil {
@@ -161,15 +162,15 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			log.Debug("NIP-77 window split", zap.Int64("since", w.since), zap.Int64("until", w.until), zap.String("reason", ne.Reason))
 			todo = append(parts, todo...)
 			continue
-		case errors.Is(err, ErrNegRefused):
+		case errors.Is(err, relayconn.ErrNegRefused):
 			rec.NIP77 = "refused: " + err.Error()
 			_ = saveRelayRecord(o.Store, idx, &rec) // the outcome below says more
 			return fail(SyncUnsupported, fmt.Errorf("%w%s; crawl it over REQ instead", err, listedNote(listed)))
-		case errors.Is(err, errConnClosed) && w.lost < 32 && ctx.Err() == nil:
+		case errors.Is(err, relayconn.ErrConnClosed) && w.lost < 32 && ctx.Err() == nil:
 			// Most often an answer over our frame cap (a relay without a
 			// negentropy frame limit): smaller windows, smaller answers.
 			log.Info("connection lost during NIP-77; redialing with smaller windows", zap.Error(err))
-			nc, err := Dial(ctx, relay, o.Dial)
+			nc, err := relayconn.Dial(ctx, relay, o.Dial)
 			if err != nil {
 				return fail(SyncFailed, err) // the deferred Close closes the old one
 			}
@@ -191,16 +192,16 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			return res
 		}
 		res.Windows++
-		res.Have += out.have
-		res.Needed += len(out.need)
-		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.need, o.IDsPerReq, o.InFlight, o.Idle)
+		res.Have += out.Have
+		res.Needed += len(out.Need)
+		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.Need, o.IDsPerReq, o.InFlight, o.Idle)
 		res.FetchByte += bytes
-		res.Fetched += len(out.need) - len(missing)
+		res.Fetched += len(out.Need) - len(missing)
 		if err != nil && len(missing) == 0 {
 			return fail(SyncFailed, err)
 		}
 		if len(missing) > 0 {
-			why := fmt.Sprintf("[%d, %d]: %d of %d needed ids did not arrive", w.since, w.until, len(missing), len(out.need))
+			why := fmt.Sprintf("[%d, %d]: %d of %d needed ids did not arrive", w.since, w.until, len(missing), len(out.Need))
 			if err != nil {
 				why += " (" + err.Error() + ")"
 			}
@@ -362,7 +363,7 @@ func saveRelayRecord(store *rawstore.Store, idx uint32, rec *RelayRecord) error 
 // fetchAll fetches ids, then what did not arrive again in smaller REQs (a
 // relay whose max_limit is below perReq serves part of each), until a
 // pass brings nothing new or a REQ holds one id.
-func fetchAll(ctx context.Context, c *Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) ([][32]byte, int64, error) {
+func fetchAll(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) ([][32]byte, int64, error) {
 	var total int64
 	for {
 		missing, bytes, err := fetchIDs(ctx, c, store, relay, ids, perReq, inflight, idle)

@@ -14,6 +14,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/zap/zaptest"
 )
@@ -68,7 +69,7 @@ func (a *archive) sync(t *testing.T, url string) crawl.SyncResult {
 	defer cancel()
 	return crawl.Sync(ctx, crawl.SyncOptions{
 		Store: a.store, Since: 0, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
-		Dial: crawl.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+		Dial: relayconn.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
 	}, url)
 }
 
@@ -219,7 +220,7 @@ func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
 	defer cancel()
 	res := crawl.Sync(ctx, crawl.SyncOptions{
 		Store: a.store, Until: -1, Idle: 2 * time.Second, Logger: zaptest.NewLogger(t),
-		Dial: crawl.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+		Dial: relayconn.DialOptions{MaxFrame: 64 << 10, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
 	}, relay.URL())
 	t.Logf("%+v", res)
 	if res.Outcome != crawl.SyncComplete || res.Fetched != len(f.Valid) || res.Windows < 2 {

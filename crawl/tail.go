@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -52,7 +53,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 				return nil
 			}
 		}
-		conn, err := Dial(ctx, url, c.opts.dialOptions())
+		conn, err := relayconn.Dial(ctx, url, c.opts.dialOptions())
 		if err != nil {
 			log.Info("tail connect failed", zap.Error(err), zap.Int("attempt", attempt))
 			continue
@@ -65,7 +66,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		// connection drops among them, the older ones have not come yet,
 		// so the resume point moves only once EOSE has arrived.
 		var replayMax int64
-		store := func(items []Item, bad []Malformed, eose bool) error {
+		store := func(items []relayconn.Item, bad []relayconn.Malformed, eose bool) error {
 			b := &rawstore.Batch{Relay: idx, Malformed: toStore(bad), Events: make([]rawstore.Copy, len(items))}
 			bytes := 0
 			for i, it := range items {
@@ -100,7 +101,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			return nil
 		case err != nil:
 			log.Warn("tail stopped", zap.Error(err))
-		case page.End == EndClosed:
+		case page.End == relayconn.EndClosed:
 			if act, _ := classify(page.Reason); act == actAuth || act == actGiveUp {
 				return fmt.Errorf("tail %s: %s", url, page.Reason)
 			}
@@ -117,8 +118,8 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 // authAnswered reports whether a live subscription closed with
 // auth-required was answered with the relay's key on conn, so that it can
 // be sent again there.
-func (c *Crawler) authAnswered(ctx context.Context, conn *Conn, url string, page *Page, err error) bool {
-	if err != nil || page.End != EndClosed || page.SentAuthed {
+func (c *Crawler) authAnswered(ctx context.Context, conn *relayconn.Conn, url string, page *relayconn.Page, err error) bool {
+	if err != nil || page.End != relayconn.EndClosed || page.SentAuthed {
 		return false
 	}
 	key := c.opts.AuthKeys.For(url)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nostr-archiver/archiver/adaptive"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
@@ -248,7 +249,7 @@ func (w *wallRun) query(ctx context.Context, r *relayCrawl, fj filterJSON) (bool
 		if _, err := r.commit(page.Items, r.malformed(pc, page), nil); err != nil {
 			return false, 0, err
 		}
-		return page.End == EndOverflow || r.full(n, frames), n, nil
+		return page.End == relayconn.EndOverflow || r.full(n, frames), n, nil
 	}
 }
 
@@ -300,9 +301,9 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 			return 0, false
 		}
 		switch page.End {
-		case EndEOSE:
+		case relayconn.EndEOSE:
 			return page.Count, true
-		case EndClosed:
+		case relayconn.EndClosed:
 			act, _ := classify(page.Reason)
 			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
 				if sent, err := pc.c.Authenticate(ctx, r.c.opts.AuthKeys.For(r.url), r.c.opts.PageTimeout); err == nil {

@@ -35,12 +35,13 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 // by one.
 func (e *CorruptError) ID() ([32]byte, bool) {
 	var id [32]byte
-	if len(e.Key) >= 1+idLen {
-		switch e.Key[0] {
-		case prefixEvent, prefixAlternate, prefixVerdict, prefixProven:
-			copy(id[:], e.Key[1:])
-			return id, true
-		}
+	// Only a key of its kind's exact length is the id's record: one a byte
+	// longer stands for the unreadable keys after it (see checkPrefix),
+	// and the id in it was read whole.
+	n := map[byte]int{prefixEvent: 1 + idLen, prefixVerdict: 1 + idLen, prefixAlternate: 1 + idLen + hashLen, prefixProven: 1 + idLen + 4}
+	if len(e.Key) > 0 && len(e.Key) == n[e.Key[0]] {
+		copy(id[:], e.Key[1:])
+		return id, true
 	}
 	return id, false
 }
@@ -76,10 +77,11 @@ func corrupt(key []byte, err error) *CorruptError {
 
 // decodeEvent splits an E or A value into its first relay and raw bytes.
 func decodeEvent(key, v []byte) (relay uint32, raw []byte, err error) {
-	if len(v) < eventHeaderLen || v[0] != 1 {
+	n := eventHeaderSize(v)
+	if n == 0 {
 		return 0, nil, corrupt(key, fmt.Errorf("event record of %d bytes, version %v", len(v), v[:min(len(v), 1)]))
 	}
-	return binary.BigEndian.Uint32(v[1:5]), v[eventHeaderLen:], nil
+	return binary.BigEndian.Uint32(v[1:5]), v[n:], nil
 }
 
 // decodeVerdict splits a V value.

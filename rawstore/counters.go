@@ -14,6 +14,13 @@ import (
 var counterMerger = &pebble.Merger{
 	Name: "archiver.counter.v1",
 	Merge: func(key, value []byte) (pebble.ValueMerger, error) {
+		if len(key) > 0 && key[0] == prefixProven {
+			// Same merger name, so archives from before first-seen
+			// times open unchanged.
+			var m firstSeenMerger
+			err := m.MergeNewer(value)
+			return &m, err
+		}
 		var m sumMerger
 		err := m.MergeNewer(value)
 		return &m, err

@@ -2,6 +2,7 @@ package rawstore
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +19,9 @@ func FuzzStoredBytes(f *testing.F) {
 	f.Add(byte(prefixAlternate), []byte{})
 	f.Add(byte(prefixPending), id[:])
 	f.Add(byte(prefixEvent), []byte{})
+	f.Add(byte(prefixEvent), eventValue(2, 1_700_000_000, []byte(`{"id":"x"}`)))
+	f.Add(byte(prefixProven), seenValue(1_700_000_000))
+	f.Add(byte(prefixIndex), []byte("30023:"+strings.Repeat("ab", 32)+":d"))
 	f.Fuzz(func(t *testing.T, prefix byte, v []byte) {
 		key := append([]byte{prefix}, id[:]...)
 		if prefix == prefixPending || prefix == prefixQuarant {
@@ -26,7 +30,7 @@ func FuzzStoredBytes(f *testing.F) {
 		var ce *CorruptError
 		if _, raw, err := decodeEvent(key, v); err != nil && !errors.As(err, &ce) {
 			t.Fatalf("decodeEvent: %v is not a CorruptError", err)
-		} else if err == nil && len(raw) != len(v)-eventHeaderLen {
+		} else if err == nil && len(raw) != len(v)-eventHeaderSize(v) {
 			t.Fatalf("decodeEvent: %d raw bytes of a %d-byte record", len(raw), len(v))
 		}
 		if _, _, _, err := decodeVerdict(key, v); err != nil && !errors.As(err, &ce) {
@@ -34,6 +38,18 @@ func FuzzStoredBytes(f *testing.F) {
 		}
 		if _, err := decodeQuarantined(key, v); err != nil && !errors.As(err, &ce) {
 			t.Fatalf("decodeQuarantined: %v is not a CorruptError", err)
+		}
+		if seen := eventSeen(v); seen != 0 && (v[0] != eventV2 || eventHeaderSize(v) != eventHeaderLenV2) {
+			t.Fatalf("eventSeen %d of a record of version %d", seen, v[0])
+		}
+		var m firstSeenMerger
+		_ = m.MergeNewer(v)
+		_ = m.MergeOlder(seenValue(5))
+		if out, _, _ := m.Finish(true); provSeen(out) > 5 {
+			t.Fatalf("first seen %d after a sighting at 5", provSeen(out))
+		}
+		if kind, _, ok := parseAddress(string(v)); ok && (kind < 0 || kind > 65535) {
+			t.Fatalf("address %q: kind %d", v, kind)
 		}
 		_ = describeKey(key)
 		_ = describeKey(v)

@@ -8,6 +8,16 @@ func (s *Store) DropIndexes() error {
 	defer b.Close()
 	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
 	_ = b.Delete(indexMarkKey, nil)
+	_ = b.Delete(deletionMarkKey, nil)
+	return b.Commit(pebble.Sync)
+}
+
+// DropDeletionIndex makes s an archive indexed before the deletion index.
+func (s *Store) DropDeletionIndex() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange([]byte{prefixIndex, idxDeletion}, []byte{prefixIndex, idxDeletion + 1}, nil)
+	_ = b.Delete(deletionMarkKey, nil)
 	return b.Commit(pebble.Sync)
 }
 

@@ -119,7 +119,7 @@ func TestCountServed(t *testing.T) {
 	odd := func(raw []byte) bool {
 		return strings.HasSuffix(string(raw), `"kind":1}`) || strings.HasSuffix(string(raw), `"kind":1,"x":1}`)
 	}
-	for _, c := range []struct {
+	cases := []struct {
 		relay        uint32
 		since, until uint64
 		match        func([]byte) bool
@@ -132,13 +132,33 @@ func TestCountServed(t *testing.T) {
 		{b, 1075, 1090, nil, 16},
 		{a, 0, ^uint64(0), odd, 40},
 		{a, 2000, 3000, nil, 0},
-	} {
-		got, err := s.CountServed(c.relay, c.since, c.until, c.match)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != c.want {
-			t.Errorf("relay %d [%d, %d]: %d, want %d", c.relay, c.since, c.until, got, c.want)
+	}
+	count := func(archive string) {
+		t.Helper()
+		for _, c := range cases {
+			got, err := s.CountServed(c.relay, c.since, c.until, c.match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("%s: relay %d [%d, %d]: %d, want %d", archive, c.relay, c.since, c.until, got, c.want)
+			}
 		}
 	}
+	count("T values name the first relay")
+	// An archive from before T values named the relay: the same counts,
+	// read from the event bodies.
+	b0 := s.db.NewBatch()
+	if err := s.idEntries(0, ^uint64(0), func(createdAt uint64, id [32]byte, v []byte) error {
+		if len(v) != 4 {
+			t.Fatalf("T value of %x: %d bytes, want 4", id[:4], len(v))
+		}
+		return b0.Set(idsKey(createdAt, &id), nil, nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b0.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	count("empty T values")
 }

@@ -79,8 +79,14 @@ func authorKindIndexPrefix(pk *[32]byte, kind int) []byte {
 
 // tagIndexPrefix returns nil for a value too long to be indexed.
 func tagIndexPrefix(letter byte, value string) []byte {
+	return valueIndexPrefix(idxTag, letter, value)
+}
+
+// valueIndexPrefix is I|idx|letter|len|value, a hex id or key as its 32
+// bytes; nil for a value too long to be indexed.
+func valueIndexPrefix(idx, letter byte, value string) []byte {
 	k := make([]byte, 0, 4+min(len(value), MaxIndexedTagValue))
-	k = append(k, prefixIndex, idxTag, letter)
+	k = append(k, prefixIndex, idx, letter)
 	var raw [32]byte
 	switch {
 	case len(value) == 64 && event.DecodeHex32(&raw, []byte(value)) == nil:
@@ -111,6 +117,9 @@ func indexKeys(keys [][]byte, e *event.Event) [][]byte {
 				set(p) // a repeated tag sets the same key: harmless
 			}
 		}
+	}
+	if e.Kind == kindDeletion {
+		deletionKeys(set, e)
 	}
 	return keys
 }
@@ -161,24 +170,36 @@ func (s *Store) IndexesReady() (bool, error) {
 // markIndexesIfEmpty marks a writable store with no verdicts yet as
 // indexed (called at Open), so that new archives never need a build.
 func (s *Store) markIndexesIfEmpty() error {
-	ready, err := s.IndexesReady()
-	if err != nil || !ready {
+	last, err := s.lastKey([]byte{prefixVerdict})
+	if err != nil || last != nil {
 		return err
 	}
-	if _, closer, err := s.db.Get(indexMarkKey); err == nil {
-		closer.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, k := range [][]byte{indexMarkKey, deletionMarkKey} {
+		if _, closer, err := s.db.Get(k); err == nil {
+			closer.Close()
+		} else {
+			_ = b.Set(k, nil, nil)
+		}
+	}
+	if b.Empty() {
 		return nil
 	}
-	return s.gate("mark indexes", 0, func() error { return s.db.Set(indexMarkKey, nil, pebble.Sync) })
+	return s.gate("mark indexes", 0, func() error { return b.Commit(pebble.Sync) })
 }
 
 // BuildIndexes indexes every valid event of an archive from before the
-// indexes, and marks them complete. It resumes where an interrupted build
+// indexes, and marks them complete; of an archive indexed before the
+// deletion index, it indexes the deletion requests (see deletion.go). It resumes where an interrupted build
 // stopped; progress, if not nil, is called after each batch with the
 // events indexed so far in this run. Verdicts applied meanwhile index
 // themselves, so it may run alongside a verify pool.
 func (s *Store) BuildIndexes(ctx context.Context, progress func(n int64)) (int64, error) {
 	if ready, err := s.IndexesReady(); err != nil || ready {
+		if err == nil {
+			err = s.buildDeletionIndex(ctx)
+		}
 		return 0, err
 	}
 	from, err := s.get(indexBuildKey)
@@ -204,6 +225,7 @@ func (s *Store) BuildIndexes(ctx context.Context, progress func(n int64)) (int64
 		}
 		if mark {
 			_ = b.Set(indexMarkKey, nil, nil)
+			_ = b.Set(deletionMarkKey, nil, nil)
 			_ = b.Delete(indexBuildKey, nil)
 		}
 		err := s.gate("build indexes", b.Len(), func() error { return b.Commit(pebble.Sync) })

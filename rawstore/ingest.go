@@ -2,6 +2,7 @@ package rawstore
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -103,7 +104,8 @@ func (s *Store) forgetDamagedVerdict(b *pebble.Batch, id *[32]byte, counts map[s
 	return nil
 }
 
-// header of an E value: version byte, first relay (uint32 BE).
+// header of a version 1 E value: version byte, first relay (uint32 BE);
+// see seen.go for version 2.
 const eventHeaderLen = 5
 
 // Ingest commits a batch atomically, durably unless the store is NoSync.
@@ -143,17 +145,14 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 // batch join it (Pebble cannot read them back).
 func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
 	var res IngestResult
+	seen := s.now()
 	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
 		return res, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
-	type hotEntry struct {
-		seq uint64
-		raw []byte
-	}
-	var hot []hotEntry
+	var fresh []newCopy
 	added := make(map[[32]byte]struct{}, len(in.Events))
 	var newIDs, dups int64
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
@@ -173,24 +172,23 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		}
 		switch {
 		case stored == nil:
-			v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
-			v[0] = 1
+			v := eventHeader(seen, len(c.Raw))
 			binary.BigEndian.PutUint32(v[1:], in.Relay)
 			v = append(v, c.Raw...)
-			_ = b.Set(eventKey(&c.ID), v, nil)
-			indexID(b, c)
-			seq := s.pendingSeq.Add(1)
-			_ = b.Set(seqKey(prefixPending, seq), c.ID[:], nil)
+			if s.ids != nil {
+				s.ids.add(&c.ID) // before the commit: see idFilter
+			}
 			inBatch[c.ID] = v
 			added[c.ID] = struct{}{}
-			hot = append(hot, hotEntry{seq, c.Raw})
+			ts, ok := copyTime(c)
+			fresh = append(fresh, newCopy{c: c, v: v, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
 			if !damaged {
 				newIDs++
 				res.New++
 			}
-		case bytes.Equal(stored[eventHeaderLen:], c.Raw):
+		case bytes.Equal(eventRaw(stored), c.Raw):
 			if first != in.Relay {
-				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
 			}
 			dups++
 			res.Duplicates++
@@ -203,7 +201,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 				return res, err
 			}
 			if first != in.Relay {
-				_ = b.Set(provKey(&c.ID, in.Relay), nil, nil)
+				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
 			}
 			if isNew {
 				res.Variants++
@@ -213,6 +211,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			}
 		}
 	}
+	setNew(b, fresh, in.Relay)
 	malformed := 0
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
@@ -284,13 +283,61 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if len(added) > 0 {
 		s.recent.add(added)
 	}
-	for _, h := range hot {
-		s.hot.add(h.seq, in.Relay, h.raw)
+	for _, f := range fresh {
+		s.hot.add(f.seq, in.Relay, f.c.Raw)
 	}
 	return res, nil
 }
 
-// lookup returns the stored E values of the ids of evs that exist. One
+// newCopy is a primary copy ingest stores: its E value and queue seq.
+type newCopy struct {
+	c    *Copy
+	v    []byte
+	seq  uint64
+	ts   uint64 // created_at, for the T key
+	tsOK bool   // false: unreadable, no T key
+	idHi uint64 // the id's first 8 bytes, for sorting
+}
+
+// setNew puts the E, T and P keys of fresh (in queue order) in b, each
+// kind together and in key order: a memtable insert next to the one
+// before it starts its skiplist search there, where interleaved random
+// ids searched from the top each time. It sorts pointers, compared by
+// the ids' first 8 bytes first: sorting the copies themselves cost half
+// as much as the sets.
+func setNew(b *pebble.Batch, fresh []newCopy, relay uint32) {
+	order := make([]*newCopy, len(fresh))
+	for i := range fresh {
+		order[i] = &fresh[i]
+	}
+	byID := func(x, y *newCopy) int {
+		if c := cmp.Compare(x.idHi, y.idHi); c != 0 {
+			return c
+		}
+		return bytes.Compare(x.c.ID[:], y.c.ID[:])
+	}
+	slices.SortFunc(order, byID)
+	for _, f := range order {
+		_ = b.Set(eventKey(&f.c.ID), f.v, nil)
+	}
+	slices.SortFunc(order, func(x, y *newCopy) int {
+		if c := cmp.Compare(x.ts, y.ts); c != 0 {
+			return c
+		}
+		return byID(x, y)
+	})
+	for _, f := range order {
+		if f.tsOK {
+			indexID(b, &f.c.ID, f.ts, relay)
+		}
+	}
+	for i := range fresh {
+		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].c.ID[:], nil)
+	}
+}
+
+// lookup returns the stored E values of the ids of evs that exist,
+// looking up only those the id filter cannot prove new. One
 // iterator serves the batch in id order: a prefix seek consults the bloom
 // filters (of every level: see Open) without Get's per-call iterator
 // setup, and sorted seeks reuse the blocks they load.
@@ -299,9 +346,14 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 	if len(evs) == 0 {
 		return found, nil
 	}
-	keys := make([][]byte, len(evs))
+	keys := make([][]byte, 0, len(evs))
 	for i := range evs {
-		keys[i] = eventKey(&evs[i].ID)
+		if s.ids == nil || !s.ids.proveNew(&evs[i].ID) {
+			keys = append(keys, eventKey(&evs[i].ID))
+		}
+	}
+	if len(keys) == 0 {
+		return found, nil
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	// UseL6Filters: Pebble skips the last level's filters unless asked,
@@ -397,11 +449,7 @@ func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[s
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return false, fmt.Errorf("rawstore: lookup variant %x: %w", c.ID[:8], err)
 	}
-	v := make([]byte, eventHeaderLen, eventHeaderLen+len(c.Raw))
-	v[0] = 1
-	binary.BigEndian.PutUint32(v[1:], relay)
-	v = append(v, c.Raw...)
-	_ = b.Set(k, v, nil)
+	_ = b.Set(k, eventValue(relay, s.now(), c.Raw), nil)
 	_ = b.Set(seqKey(prefixPending, s.pendingSeq.Add(1)), k[1:], nil)
 	return true, nil
 }

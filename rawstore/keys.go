@@ -4,12 +4,12 @@ import "encoding/binary"
 
 // Key prefixes. Integers are big-endian so byte order is numeric order.
 const (
-	prefixEvent     = 'E' // E|id -> header|raw: the primary copy of an id
+	prefixEvent     = 'E' // E|id -> header|raw: the primary copy of an id (header: 1|relay, or 2|relay|first seen; see seen.go)
 	prefixAlternate = 'A' // A|id|sha256(raw) -> header|raw, or empty once resolved: copies whose bytes differ from the primary
 	prefixPending   = 'P' // P|seq -> id[|h8]: the verify queue
 	prefixVerdict   = 'V' // V|id -> status|relay|reason: verdict on the primary copy
 	prefixQuarant   = 'Q' // Q|seq -> relay|reason|id|raw: copies that failed for good
-	prefixProven    = 'R' // R|id|relay -> (empty): later relays that served the id
+	prefixProven    = 'R' // R|id|relay -> first seen (uint32 merge operands, earliest wins; empty: unknown): later relays that served the id
 	prefixShard     = 'S' // S|relay|job -> crawl-owned cursor state
 	prefixRelay     = 'N' // N|relay -> crawl-owned relay record (url first)
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)

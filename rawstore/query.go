@@ -53,6 +53,13 @@ func (s *Store) QueryLatest(fs []filter.Filter, fn func(e *event.Event, raw []by
 	return s.query(&query{s: s, latest: true}, fs, func(m *matchStream) error { return fn(m.ev, m.raw) })
 }
 
+// QueryExcept is Query (QueryLatest if latest) leaving out the events in
+// skip before the limits count them, as a relay that dropped them would
+// answer (export --honor-deletions passes DeletedIDs).
+func (s *Store) QueryExcept(latest bool, skip map[[32]byte]struct{}, fs []filter.Filter, fn func(e *event.Event, raw []byte) error) error {
+	return s.query(&query{s: s, latest: latest, skip: skip}, fs, func(m *matchStream) error { return fn(m.ev, m.raw) })
+}
+
 func (s *Store) query(q *query, fs []filter.Filter, fn func(m *matchStream) error) error {
 	ready, err := s.IndexesReady()
 	if err != nil {
@@ -97,8 +104,9 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(m *matchStream) erro
 
 type query struct {
 	s       *Store
-	latest  bool // see QueryLatest
-	idsOnly bool // see QueryIDs
+	latest  bool                  // see QueryLatest
+	idsOnly bool                  // see QueryIDs
+	skip    map[[32]byte]struct{} // see QueryExcept
 	damage  damageLog
 }
 
@@ -349,6 +357,9 @@ func (m *matchStream) take(k []byte) (bool, error) {
 	e, raw, err := m.q.load(k[8:])
 	if err != nil || e == nil || !m.f.Match(e) {
 		return false, err
+	}
+	if _, skip := m.q.skip[e.ID]; skip {
+		return false, nil
 	}
 	if m.q.latest {
 		if newer, err := m.q.superseded(e, k); err != nil || newer {

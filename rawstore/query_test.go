@@ -165,16 +165,19 @@ func newCorpus(t *testing.T) *corpus {
 	return c
 }
 
-func (c *corpus) drain(t *testing.T) {
+func (c *corpus) drain(t *testing.T) { verifyAll(t, c.store) }
+
+// verifyAll verifies every stored copy with the real verify pool.
+func verifyAll(t *testing.T, s *rawstore.Store) {
 	t.Helper()
-	pool, err := lazyparse.New(lazyparse.Options{Store: c.store, Workers: 2})
+	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.store.Stats(); st.Pending != 0 {
+	if st, _ := s.Stats(); st.Pending != 0 {
 		t.Fatalf("%d pending after drain", st.Pending)
 	}
 }

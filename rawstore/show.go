@@ -17,8 +17,11 @@ type Held struct {
 	// invalid one failed.
 	Verdict string
 	Reason  string
-	// Sources are every source that served the id, the first one first.
+	// Sources are every source that served the id, the first one first,
+	// and Seen when each first served it (unix seconds; 0: unknown, for
+	// copies archived before the times were kept).
 	Sources []uint32
+	Seen    []int64
 	// Alternates are copies whose bytes differ from the primary, waiting
 	// for their own verdict.
 	Alternates []HeldCopy
@@ -30,6 +33,7 @@ type Held struct {
 type HeldCopy struct {
 	Relay  uint32
 	Reason string // why it failed; "" for an alternate not yet judged
+	Seen   int64  // when an alternate was first received (0: unknown)
 	Raw    []byte
 }
 
@@ -41,8 +45,8 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 	if err != nil {
 		return h, err
 	}
-	if v != nil && len(v) >= eventHeaderLen {
-		h.Primary, h.PrimaryRelay = v[eventHeaderLen:], binary.BigEndian.Uint32(v[1:5])
+	if eventHeaderSize(v) > 0 {
+		h.Primary, h.PrimaryRelay = eventRaw(v), binary.BigEndian.Uint32(v[1:5])
 		h.Verdict = "pending"
 	}
 	vd, err := s.get(verdictKey(&id))
@@ -56,7 +60,7 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 		}
 	}
 	if h.Primary != nil {
-		if h.Sources, err = s.Sources(id); err != nil {
+		if h.Sources, h.Seen, err = s.sightings(id); err != nil {
 			return h, err
 		}
 	}
@@ -66,8 +70,8 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 		return h, err
 	}
 	for it.First(); it.Valid(); it.Next() {
-		if v := it.Value(); len(v) >= eventHeaderLen { // empty once resolved
-			h.Alternates = append(h.Alternates, HeldCopy{Relay: binary.BigEndian.Uint32(v[1:5]), Raw: bytes.Clone(v[eventHeaderLen:])})
+		if v := it.Value(); eventHeaderSize(v) > 0 { // empty once resolved
+			h.Alternates = append(h.Alternates, HeldCopy{Relay: binary.BigEndian.Uint32(v[1:5]), Raw: bytes.Clone(eventRaw(v)), Seen: eventSeen(v)})
 		}
 	}
 	if err := it.Close(); err != nil {

@@ -59,6 +59,14 @@ type Options struct {
 	// whichever is less; negative for none). MemTableSize 0 is likewise
 	// sized to the free space (see memTableFor).
 	ReserveBytes int64
+	// BlockSize is the size at which tables and blob files cut their
+	// blocks (default 16 KiB, see Open). Tests of damaged tables use small
+	// blocks: on a checksum mismatch Pebble searches the block for one
+	// flipped bit, which costs its size squared per read.
+	BlockSize int
+	// Now is the clock of first-seen times (default time.Now; tests
+	// inject one).
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -68,11 +76,17 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 32 << 20
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 32 << 20
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 16 << 10
 	}
 }
 
@@ -104,6 +118,9 @@ type Store struct {
 	damage     damageLog // damaged records met since Open (see Damage)
 	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
+	ids        *idFilter     // proves ids new without a lookup; nil read-only
+
+	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
 
@@ -184,7 +201,7 @@ func Open(opts Options) (_ *Store, err error) {
 		// and (de)compressed on its own. At 16 KiB a 1M crawl took 33-35
 		// CPU-s instead of 42-43 and verifying it in key order 37 instead
 		// of 47-53; a random Get reads 16 KiB, still one block.
-		po.Levels[i].BlockSize = 16 << 10
+		po.Levels[i].BlockSize = opts.BlockSize
 	}
 	// Event bodies go to blob files: compactions then move small keys,
 	// not the bodies, which is most of the write amplification of random
@@ -234,6 +251,21 @@ func Open(opts Options) (_ *Store, err error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 		}
+	}
+	if !opts.ReadOnly {
+		stored, err := s.storedEvents()
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("rawstore: open %s: count events: %w", opts.Dir, err)
+		}
+		s.ids = newIDFilter(stored)
+		s.idsStop, s.idsDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(s.idsDone)
+			if err := s.buildIDFilter(s.ids, s.idsStop); err != nil {
+				opts.Logger.Warn("ingest looks every id up: the id filter could not be built", zap.String("dir", opts.Dir), zap.Error(err))
+			}
+		}()
 	}
 	if cMallocFree() >= 0 {
 		s.trimStop, s.trimDone = make(chan struct{}), make(chan struct{})
@@ -323,6 +355,10 @@ func (s *Store) lastKey(prefix []byte) ([]byte, error) {
 // Close flushes and closes the database. Every iterator and batch must be
 // finished first.
 func (s *Store) Close() error {
+	if s.idsStop != nil {
+		close(s.idsStop)
+		<-s.idsDone
+	}
 	if s.trimStop != nil {
 		close(s.trimStop)
 		<-s.trimDone
@@ -441,21 +477,28 @@ func (s *Store) get(key []byte) ([]byte, error) {
 // Sources returns the relays that served id: the first one, then the
 // others in index order.
 func (s *Store) Sources(id [32]byte) ([]uint32, error) {
+	out, _, err := s.sightings(id)
+	return out, err
+}
+
+// sightings is Sources with when each source first served the id.
+func (s *Store) sightings(id [32]byte) ([]uint32, []int64, error) {
 	v, err := s.get(eventKey(&id))
-	if err != nil || v == nil {
-		return nil, err
+	if err != nil || eventHeaderSize(v) == 0 {
+		return nil, nil, err
 	}
-	out := []uint32{binary.BigEndian.Uint32(v[1:5])}
+	out, seen := []uint32{binary.BigEndian.Uint32(v[1:5])}, []int64{eventSeen(v)}
 	p := append([]byte{prefixProven}, id[:]...)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		out = append(out, binary.BigEndian.Uint32(it.Key()[1+idLen:]))
+		seen = append(seen, provSeen(it.Value()))
 	}
-	return out, it.Error()
+	return out, seen, it.Error()
 }
 
 type zapPebbleLogger struct {

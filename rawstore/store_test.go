@@ -22,6 +22,21 @@ func openTest(t *testing.T) *Store {
 	return s
 }
 
+// reopen closes s and opens its directory again, closing it at the
+// test's end.
+func reopen(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func id(n int) [32]byte { return sha256.Sum256([]byte(strconv.Itoa(n))) }
 
 func mustIngest(t *testing.T, s *Store, b *Batch) IngestResult {
@@ -225,14 +240,7 @@ func TestShardStateAndReopen(t *testing.T) {
 	}
 	r, _ := s.RelayIndex("wss://a")
 	mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(1), Raw: []byte("good1")}}, Shards: map[string][]byte{"job": []byte("cursor-1")}, RelayRecord: []byte(`{"pages":1}`)})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	if r2, _ := s.RelayIndex("wss://a"); r2 != r {
 		t.Fatalf("relay index changed across reopen: %d -> %d", r, r2)
 	}

@@ -17,6 +17,9 @@ type Pending struct {
 	Variant []byte // the alternate's sha256; nil for the primary copy
 	Relay   uint32
 	Raw     []byte // nil when the copy is gone (already resolved)
+	// Seen is when an alternate was first received (0: unknown; not
+	// read for a primary copy, which Apply never rewrites).
+	Seen int64
 }
 
 // Verdict is the lazy pool's judgement of one Pending copy.
@@ -91,6 +94,7 @@ func (s *Store) Load(p *Pending) error {
 		return nil // a resolved alternate
 	}
 	p.Relay, p.Raw, err = decodeEvent(key, v)
+	p.Seen = eventSeen(v)
 	return err
 }
 
@@ -209,10 +213,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		if err != nil {
 			return err
 		}
-		nv := make([]byte, eventHeaderLen, eventHeaderLen+len(p.Raw))
-		nv[0] = 1
-		binary.BigEndian.PutUint32(nv[1:], p.Relay)
-		nv = append(nv, p.Raw...)
+		nv := eventValue(p.Relay, uint32(p.Seen), p.Raw)
 		a.primary[p.ID] = nv
 		_ = a.b.Set(eventKey(&p.ID), nv, nil)
 		a.setVerdict(&p.ID, p.Relay, v)
@@ -221,14 +222,14 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		if cur != nil { // invalid primary
 			a.count(CounterInvalid, -1)
 			if old != nil {
-				a.quarantine(binary.BigEndian.Uint32(old[1:5]), string(cur[5:]), &p.ID, old[eventHeaderLen:])
-				h := sha256.Sum256(old[eventHeaderLen:])
+				a.quarantine(binary.BigEndian.Uint32(old[1:5]), string(cur[5:]), &p.ID, eventRaw(old))
+				h := sha256.Sum256(eventRaw(old))
 				_ = a.b.Set(altKey(&p.ID, h[:]), nil, nil)
 			}
 		} else {
 			a.count(CounterPending, -1)
-			if old != nil && !bytes.Equal(old[eventHeaderLen:], p.Raw) {
-				h := sha256.Sum256(old[eventHeaderLen:])
+			if old != nil && !bytes.Equal(eventRaw(old), p.Raw) {
+				h := sha256.Sum256(eventRaw(old))
 				k := altKey(&p.ID, h[:])
 				_ = a.b.Set(k, old, nil)
 				_ = a.b.Set(seqKey(prefixPending, a.s.pendingSeq.Add(1)), k[1:], nil)
@@ -281,6 +282,7 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
 	_ = b.Delete(indexBuildKey, nil)
 	_ = b.Set(indexMarkKey, nil, nil)
+	_ = b.Set(deletionMarkKey, nil, nil)
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err

@@ -17,6 +17,7 @@ import (
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/rawstore/storetest"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/serve"
 	"go.uber.org/zap/zaptest"
 )
@@ -61,7 +62,7 @@ func syncFrom(t *testing.T, dst *rawstore.Store, url string) crawl.SyncResult {
 	defer cancel()
 	return crawl.Sync(ctx, crawl.SyncOptions{
 		Store: dst, Until: -1, Idle: 5 * time.Second, Logger: zaptest.NewLogger(t),
-		Dial: crawl.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
+		Dial: relayconn.DialOptions{MaxFrame: 16 << 20, DialTimeout: 5 * time.Second, PingInterval: 30 * time.Second},
 	}, url)
 }
 

@@ -15,6 +15,9 @@ import (
 type Report struct {
 	rawstore.Stats
 	Relays []Relay `json:"relays"`
+	// Deletions is filled by `archiver stats` (it reads an index; the
+	// daemon's frequent reports leave it out).
+	Deletions *rawstore.DeletionCounts `json:"deletions,omitempty"`
 }
 
 // Relay is one relay's part of the report.

@@ -46,6 +46,7 @@ func authKey(seed byte) (secret, pub string) {
 // secret is never in the output, the logs (at debug level), stats, or
 // the archive's files.
 func TestCrawlAuth(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 21, Events: 600})
 	member, memberPub := authKey(7)
 	outsider, _ := authKey(8)
@@ -97,6 +98,7 @@ func TestCrawlAuth(t *testing.T) {
 			want: []string{"no such file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			data := filepath.Join(t.TempDir(), "archive")
 			args := append([]string{"crawl", "--data", data, "--log-level", "debug", "--log-format", "json", "--page-timeout", "2s"}, tc.args...)
 			code, stdout, stderr := runEnv(t, tc.env, args...)

@@ -47,6 +47,7 @@ func forPeople(t *testing.T, what, s string) {
 // line, found before anything is dialed or created: neither --data nor
 // the default ./archive appears.
 func TestBadInputAtTheDoor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -129,6 +130,7 @@ func TestUnreachableSaysWhatToTry(t *testing.T) {
 
 // Every command answers -h and --help with its usage and exit 0.
 func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
 	cmds := [][]string{{"--help"}, {"-h"}, {"help"}}
 	for _, c := range []string{"run", "crawl", "reprocess", "export", "import", "show", "relays", "stats", "check", "repair", "sync", "submit", "jobs", "version", "serve"} {
 		cmds = append(cmds, []string{c, "--help"}, []string{c, "-h"})
@@ -159,6 +161,7 @@ func TestHelpExitsZero(t *testing.T) {
 // the binary; builds with -buildvcs=false have none, and say so), and the
 // Go version.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	info, err := exec.Command("go", "version", "-m", binary).Output()
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +183,7 @@ func TestVersion(t *testing.T) {
 
 // --log-format picks the log's form; without a terminal, auto is JSON.
 func TestLogFormat(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +214,7 @@ func TestLogFormat(t *testing.T) {
 
 // `jobs` on a queue without jobs prints [] (JSON, never null) and says so.
 func TestJobsEmpty(t *testing.T) {
+	t.Parallel()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +236,7 @@ func TestJobsEmpty(t *testing.T) {
 // The archive directory of a crawl that failed at the door is not there;
 // one of a crawl that ran is (a sanity check of the check above).
 func TestCrawlCreatesArchiveOnlyWhenItRuns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if code, _, stderr, _ := run(t, dir, "crawl", "--data", "a", "ws://127.0.0.1:99999"); code != 2 {
 		t.Fatalf("exit %d\n%s", code, stderr)

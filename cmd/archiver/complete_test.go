@@ -18,6 +18,7 @@ import (
 // some events from its pages while its COUNT counts them is reported
 // unproven, per range, in the exit status, stats and stats --json.
 func TestCrawlExitsZeroOnlyWhenProven(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		relay   testrelay.Options

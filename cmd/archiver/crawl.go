@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/serve"
 )
 
@@ -140,7 +142,7 @@ func runCrawl(args []string) int {
 	proofs := map[string]crawl.SyncResult{}
 	if *prove && opts.Kinds == nil && opts.Authors == nil {
 		so := crawl.SyncOptions{Store: store, Logger: log, Since: opts.Since, Until: -1, Idle: *timeout, OnlyIfListed: true,
-			Dial: crawl.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+			Dial: relayconn.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
 		if *until != "" {
 			so.Until = opts.Until
 		}
@@ -156,8 +158,9 @@ func runCrawl(args []string) int {
 		ver.finish(ctx)
 	}
 	code := 0
+	damage := store.Damage()
 	for _, r := range results {
-		fmt.Fprintln(stderr, r.String())
+		fmt.Fprintln(stderr, r.String()+damageNote(damage, c.data))
 		if h := hint(r); h != "" {
 			fmt.Fprintln(stderr, "  "+h)
 		}
@@ -194,6 +197,17 @@ func storeVerdict(cmd string, code int, store *rawstore.Store) int {
 		return fail(cmd, fmt.Errorf("not complete: %w", err))
 	}
 	return code
+}
+
+// damageNote is what each relay's line adds when the store met damaged
+// records during the run (err is store.Damage()): the relay's events may
+// be among them, so drained or not, its crawl is not complete.
+func damageNote(err error, data string) string {
+	var de *rawstore.DamageError
+	if !errors.As(err, &de) {
+		return ""
+	}
+	return fmt.Sprintf(" (not complete: the archive met %d damaged records during the run; `archiver check --data %s` lists them, `archiver repair --data %s` fetches them again)", de.N, data, data)
 }
 
 // hint says what to try next after a relay could not be reached, from the

@@ -24,6 +24,7 @@ func runExport(args []string) int {
 		return err
 	})
 	latest := fs.Bool("latest", false, "with --filter: only the latest version of each replaceable and addressable event (as a relay keeping only those would answer)")
+	honor := fs.Bool("honor-deletions", false, "with --filter: leave out the events a deletion request (kind 5) of their own author names, as NIP-09 relays would (the archive keeps them)")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
 	if store == nil {
@@ -43,10 +44,22 @@ func runExport(args []string) int {
 	if *latest && filters == nil {
 		return usageError("export", errors.New("--latest needs --filter (use --filter '{}' for every event)"))
 	}
+	if *honor && filters == nil {
+		return usageError("export", errors.New("--honor-deletions needs --filter (use --filter '{}' for every event)"))
+	}
 	if filters != nil {
 		query := store.Query
 		if *latest {
 			query = store.QueryLatest
+		}
+		if *honor {
+			deleted, err := store.DeletedIDs()
+			if err != nil {
+				return fail("export", fmt.Errorf("%s: deletion requests: %w", c.data, err))
+			}
+			query = func(fs []filter.Filter, fn func(*event.Event, []byte) error) error {
+				return store.QueryExcept(*latest, deleted, fs, fn)
+			}
 		}
 		return exportFiltered(c.data, query, store, filters, w)
 	}

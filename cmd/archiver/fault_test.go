@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ func runFor(t *testing.T, d time.Duration, args ...string) (code int, stdout, st
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = childEnv()
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -82,6 +84,7 @@ func TestFullDisk(t *testing.T) {
 // and then check passes and export is exact again. Before: stats said
 // all valid, export panicked after a half-written line.
 func TestDamagedArchiveRepair(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 3000})
 	r := relay(t, testrelay.Options{MaxLimit: 500}, f)
 	data := filepath.Join(t.TempDir(), "archive")
@@ -123,4 +126,41 @@ func TestDamagedArchiveRepair(t *testing.T) {
 		t.Fatalf("check after repair: exit %d\n%s%s", code, stdout, stderr)
 	}
 	assertExport(t, data, f)
+}
+
+// The line `archiver crawl` prints per relay names the damage the store
+// met during the run. Before: the relay's line read `drained`, and only a
+// global message at the end said the archive was damaged.
+func TestCrawlLineNamesDamage(t *testing.T) {
+	t.Parallel()
+	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 600})
+	r := relay(t, testrelay.Options{}, f)
+	data := filepath.Join(t.TempDir(), "archive")
+	line := func(stderr string) string {
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, r.URL()+": ") {
+				return l
+			}
+		}
+		t.Fatalf("no line for %s:\n%s", r.URL(), tail(stderr))
+		return ""
+	}
+	code, _, stderr := runFor(t, time.Minute, "crawl", "--data", data, r.URL())
+	if l := line(stderr); code != 0 || l != r.URL()+": drained" {
+		t.Fatalf("crawl of a sound archive: exit %d, line %q", code, l)
+	}
+	// A writable open replays the WAL into tables and blob files.
+	if code, _, stderr := runFor(t, time.Minute, "reprocess", "--data", data); code != 0 {
+		t.Fatalf("reprocess: exit %d\n%s", code, tail(stderr))
+	}
+	storetest.Garble(t, data, ".blob", 4096)
+	// A range of its own is a new job: every event is paged again, and
+	// the ingest meets the damaged copies.
+	code, _, stderr = runFor(t, time.Minute, "crawl", "--data", data, "--since", fmt.Sprint(f.Since), r.URL())
+	l := line(stderr)
+	t.Logf("crawl of a damaged archive: exit %d: %s", code, l)
+	if code != 1 || !strings.HasPrefix(l, r.URL()+": drained (not complete: the archive met ") ||
+		!strings.Contains(l, "damaged records during the run") || !strings.Contains(l, "archiver repair --data "+data) {
+		t.Errorf("crawl of a damaged archive: exit %d, line %q; want exit 1 and the damage named", code, l)
+	}
 }

@@ -18,6 +18,7 @@ import (
 // byte for byte, before and after `reprocess --all`; a malformed filter is
 // exit 2 with its reason.
 func TestExportFilter(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 14, Events: 600, Authors: 8, Wall: 60, TagWall: 30, BadSigs: 4, ForgedIDs: 2})
 	dir := t.TempDir()
 	var in bytes.Buffer

@@ -16,6 +16,7 @@ import (
 // set; each bad line is named with its line number; a second run adds
 // nothing; bad usage is exit 2 and creates no archive.
 func TestImportExportRoundTrip(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 11, Events: 800, BadSigs: 4, Varied: 10})
 	dir := t.TempDir()
 	var in bytes.Buffer
@@ -64,6 +65,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 // show names every copy of a forged id: the valid one and the forgery
 // with its reason, and the sources that served each.
 func TestShowForgedID(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 12, Events: 200, ForgedIDs: 2})
 	dir := t.TempDir()
 	var in bytes.Buffer

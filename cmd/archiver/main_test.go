@@ -20,7 +20,11 @@ import (
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
-// binary is the archiver built once for the process tests.
+// binary is the archiver built once for the process tests. Tests that
+// only run archiver processes on temp dirs and relays of their own are
+// t.Parallel, so that their waits (process start, fsync, relay latency)
+// overlap; those that mount file systems, kill processes, time commands
+// closely, run the daemon or set this process's globals stay serial.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -68,8 +72,16 @@ func relay(t *testing.T, o testrelay.Options, f *testrelay.Fixture) *testrelay.R
 
 func archiver(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	cmd.Env = childEnv()
 	return cmd
+}
+
+// childEnv is the environment of an archiver process under test. The race
+// runtime sleeps a second at exit by default (atexit_sleep_ms) in case a
+// goroutine still reports: a second of every command, most of what this
+// package's tests took (TestHelpExitsZero: 48 s, 1.3 s per command).
+func childEnv() []string {
+	return append(os.Environ(), "GORACE=halt_on_error=1 atexit_sleep_ms=0")
 }
 
 // exportLines runs `archiver export` and returns its lines by id.
@@ -159,6 +171,7 @@ func tail(s string) string {
 
 // The commands a user runs, end to end: crawl, stats, export, reprocess.
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 3, Events: 1500, ForgedIDs: 6, BadSigs: 4, Malformed: 3, Wall: 900})
 	r := relay(t, testrelay.Options{MaxLimit: 200, SupportCount: true}, f)
 	data := t.TempDir()

@@ -41,6 +41,7 @@ func listing(t *testing.T, dir string) []string {
 // directory, not a Pebble file in another program's directory.
 // (Before: an empty archive was created and zeros printed, exit 0.)
 func TestReadOnlyCommandsRefuseNonArchive(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"stats", "export", "reprocess", "check", "serve"} {
 		for _, tc := range []struct {
 			name  string

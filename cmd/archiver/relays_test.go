@@ -29,6 +29,7 @@ func signed(t *testing.T, key *bip340.PrivateKey, at int64, kind int, tags [][]s
 // events name, each once, most named first, private targets left out, and
 // nothing an invalid event names.
 func TestRelaysDiscovered(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 21, Events: 300})
 	r := relay(t, testrelay.Options{}, f)
 	dir := t.TempDir()

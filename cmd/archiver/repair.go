@@ -13,6 +13,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -108,7 +109,7 @@ func runRepair(args []string) int {
 // what comes back; it returns how many wanted ids it stored.
 func fetchByID(ctx context.Context, store *rawstore.Store, url string, want map[[32]byte]bool, idle time.Duration) (int, error) {
 	d := crawl.DefaultOptions()
-	conn, err := crawl.Dial(ctx, url, crawl.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second})
+	conn, err := relayconn.Dial(ctx, url, relayconn.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second})
 	if err != nil {
 		return 0, err
 	}

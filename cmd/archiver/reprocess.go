@@ -15,7 +15,7 @@ func runReprocess(args []string) int {
 	fs := flag.NewFlagSet("reprocess", flag.ContinueOnError)
 	c := common{access: accessExisting}
 	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
-	index := fs.Bool("index", false, "build the indexes of an archive from before them (export --filter needs them); resumes an interrupted build")
+	index := fs.Bool("index", false, "build the indexes of an archive from before them (export --filter needs them), or its deletion-request index (show and stats need it); resumes an interrupted build")
 	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 	c.register(fs)
 	log, store, code := c.open(fs, args)

@@ -55,6 +55,7 @@ func startServed(t *testing.T, args ...string) (cmd *exec.Cmd, url string, rest 
 // our relay, through the binaries; the served archive can still be
 // exported meanwhile, and SIGTERM ends serve with exit 0.
 func TestServeCrawledBack(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 15, Events: 400, Authors: 8, Wall: 80, BadSigs: 4, ForgedIDs: 2})
 	dir := t.TempDir()
 	var in bytes.Buffer

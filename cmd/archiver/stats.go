@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 
 	"github.com/nostr-archiver/archiver/importer"
+	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -33,6 +35,14 @@ func runStats(args []string) int {
 		log.Error("stats", zap.Error(err))
 		return 1
 	}
+	dels, err := store.Deletions()
+	switch {
+	case err == nil:
+		rep.Deletions = &dels
+	case !errors.Is(err, rawstore.ErrDeletionsNotIndexed):
+		log.Error("stats: deletion requests", zap.Error(err))
+		return 1
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -40,6 +50,11 @@ func runStats(args []string) int {
 		return 0
 	}
 	fmt.Printf("events   %d\nvalid    %d\ninvalid  %d\npending  %d\ndups     %d\n", rep.Events, rep.Valid, rep.Invalid, rep.Pending, rep.Duplicates)
+	if rep.Deletions != nil {
+		fmt.Printf("deletion requests %d, naming %d events of their own author (recorded, not applied)\n", dels.Requests, dels.Deleted)
+	} else {
+		fmt.Println("deletion requests: not indexed yet (archiver reprocess --index)")
+	}
 	reasons := make([]string, 0, len(rep.InvalidCopies))
 	for r := range rep.InvalidCopies {
 		reasons = append(reasons, r)

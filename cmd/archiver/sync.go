@@ -7,6 +7,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/lazyparse"
+	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
 
@@ -48,7 +49,7 @@ func runSync(args []string) int {
 	// every id at once (64 hex bytes each): room for 500k of them; past
 	// that, Sync redials with smaller windows.
 	o := crawl.SyncOptions{Until: -1, Idle: *timeout,
-		Dial: crawl.DialOptions{MaxFrame: max(d.MaxFrame, 32<<20), DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+		Dial: relayconn.DialOptions{MaxFrame: max(d.MaxFrame, 32<<20), DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
 	if o.Since, err = parseTime(*since, now); err != nil {
 		return usageError("--since", err)
 	}

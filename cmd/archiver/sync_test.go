@@ -12,6 +12,7 @@ import (
 // archiver sync: 0 only when the relay's range is proven held, 1 naming
 // why not, 2 for usage errors (before any archive is created).
 func TestSyncCommand(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 78, Events: 1500})
 	good := relay(t, testrelay.Options{NIP77: true}, f)
 	refusing := relay(t, testrelay.Options{NegNoticeOnly: true}, f)

@@ -119,6 +119,7 @@ type measured struct {
 	Elapsed time.Duration
 	CPU     time.Duration // user + system
 	PeakRSS int64         // bytes, the kernel's high-water mark (rusage)
+	Written int64         // bytes written to disk (rusage block outputs)
 	Samples []rssSample
 	Log     *crawlLog
 }
@@ -195,6 +196,7 @@ func runMeasured(ctx context.Context, name, bin string, args []string, verbose b
 	m.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		m.PeakRSS = ru.Maxrss << 10 // KiB on Linux
+		m.Written = ru.Oublock * 512
 	}
 	if err != nil {
 		return m, fmt.Errorf("%s: %w; its log said:\n%s", name, err, strings.Join(m.Log.Notable(), "\n"))

@@ -69,6 +69,7 @@ type config struct {
 	out          string
 	keep         bool
 	verbose      bool
+	quick        bool
 }
 
 func main() {
@@ -106,6 +107,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&c.keep, "keep", false, "keep the binaries and archives (their directory is printed)")
 	fs.BoolVar(&c.verbose, "v", false, "echo and report every concurrency decision of the adaptive run")
+	fs.BoolVar(&c.quick, "quick", false, "run only (a) and (c): the raw reader and the adaptive crawl")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -197,19 +199,22 @@ func (b *bench) run(ctx context.Context) (report, error) {
 	}
 	progress("relay serves created_at %d..%d, page limit %d", oldest, newest, limit)
 
-	fixed, _, err := b.crawl(ctx, "(b) archiver 1x1", "fixed", fixedArgs, false)
-	if err != nil {
-		return report{}, err
+	var fixed, verified row
+	if !b.cfg.quick {
+		if fixed, _, err = b.crawl(ctx, "(b) archiver 1x1", "fixed", fixedArgs, false); err != nil {
+			return report{}, err
+		}
 	}
 	adaptive, cLog, err := b.crawl(ctx, "(c) archiver adaptive", "adaptive", adaptiveArgs, false)
 	if err != nil {
 		return report{}, err
 	}
-	verified, _, err := b.crawl(ctx, "(f) archiver adaptive, verifying", "verified", adaptiveArgs, true)
-	if err != nil {
-		return report{}, err
+	if !b.cfg.quick {
+		if verified, _, err = b.crawl(ctx, "(f) archiver adaptive, verifying", "verified", adaptiveArgs, true); err != nil {
+			return report{}, err
+		}
+		verified.Concurrency = "adaptive + verify pool"
 	}
-	verified.Concurrency = "adaptive + verify pool"
 	settled, changed := cLog.Last()
 	if changed {
 		adaptive.Concurrency = fmt.Sprintf("%dx%d (last of %d changes)", settled.Conns, settled.Inflight, len(cLog.Changes()))
@@ -234,6 +239,18 @@ func (b *bench) run(ctx context.Context) (report, error) {
 		return report{}, err
 	}
 	fixed.Bytes, adaptive.Bytes = frameBytes, frameBytes
+	fixed.Received, adaptive.Received, verified.Received = frameBytes, frameBytes, frameBytes
+	if b.cfg.quick {
+		return report{
+			Header: []string{b.header(frameBytes, limit)},
+			Rows:   []row{raw1, rawK, adaptive},
+			Notes: []string{
+				fmt.Sprintf("- (c)/(a %dx%d): %s of the relay's serving limit at the concurrency (c) settled on; (c)/(a 1x1): %s.",
+					k, m, ratio(adaptive.rate(), rawK.rate()), ratio(adaptive.rate(), raw1.rate())),
+				stagesNote, fmt.Sprintf("- The machine is shared with other work (1-minute load average %s at the start, %s at the end).", load0, loadAvg()),
+			},
+		}, nil
+	}
 
 	verify, poolN, poolTime, err := b.reprocess(ctx)
 	if err != nil {
@@ -258,11 +275,8 @@ func (b *bench) run(ctx context.Context) (report, error) {
 	procs := runtime.GOMAXPROCS(0)
 	perCore := verify.rate() / float64(procs)
 	rep := report{
-		Header: []string{
-			fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process (%s); %s, %s, GOMAXPROCS %d.",
-				time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, relayProfile(b.cfg.relayArgs), cpuModel(), runtime.Version(), procs),
-		},
-		Rows: []row{raw1, rawK, fixed, adaptive, verify, judgeRow, baseRow, verified},
+		Header: []string{b.header(frameBytes, limit)},
+		Rows:   []row{raw1, rawK, fixed, adaptive, verify, judgeRow, baseRow, verified},
 		Notes: []string{
 			fmt.Sprintf("- (c)/(a %dx%d): %s of the relay's serving limit at the concurrency (c) settled on; (c)/(a 1x1): %s.",
 				k, m, ratio(adaptive.rate(), rawK.rate()), ratio(adaptive.rate(), raw1.rate())),
@@ -277,6 +291,7 @@ func (b *bench) run(ctx context.Context) (report, error) {
 			fmt.Sprintf("- Verifier (d'): parse, id and BIP-340 batch verification of the same events from their raw bytes, one goroutine, a fresh key cache (%d authors: all but their first events hit it): %s events/s wall, %s per CPU-second, %s times (e) per CPU-second. (d) adds the archive's reads and verdict writes.",
 				authors(evs), thousands(int64(judgeRow.rate())), thousands(int64(judgeRow.perCPUSecond())), ratio(judgeRow.perCPUSecond(), baseRow.perCPUSecond())),
 			"- events/s = the relay's events / wall seconds of the archiver process (start, crawl, flush, exit). MB/s counts the EVENT frames' bytes as the relay sent them (measured by (a)). CPU s is user + system time of the archiver process (for (a), of crawlbench; for (d') and (e), of their thread), so events/CPU s is less sensitive than events/s to other load on the machine. RSS in MiB: peak from the kernel's rusage, the others sampled from /proc every 200 ms.",
+			stagesNote,
 			fmt.Sprintf("- The machine is shared with other work (1-minute load average %s at the start, %s at the end): wall-clock numbers vary between runs.", load0, loadAvg()),
 		},
 	}
@@ -284,6 +299,15 @@ func (b *bench) run(ctx context.Context) (report, error) {
 		rep.Steps = cLog.Changes()
 	}
 	return rep, nil
+}
+
+// stagesNote explains the second table.
+const stagesNote = "- Per event: CPU µs is user + system time of the process / events; receive, store, verify and other split the samples of its CPU profile (`--cpuprofile`) by the functions on each stack (store: rawstore and Pebble, flushes and compactions included; verify: lazyparse and bip340; receive: gws, the connection's frame handling and the frame scanner; other: crawl logic, Go's scheduler and GC); they add up to the profiled CPU, a little under the total. Written/received is the bytes the process wrote to disk (rusage) per byte of EVENT frames received; disk B/event is what the archive takes on disk at exit (WAL: write-ahead logs, replayed into tables at the next open)."
+
+// header is the report's first line.
+func (b *bench) header(frameBytes int64, limit int) string {
+	return fmt.Sprintf("crawlbench, %s: %s events (seed %d, %.0f MB of EVENT frames), page limit %d, loopback relay in its own process (%s); %s, %s, GOMAXPROCS %d.",
+		time.Now().UTC().Format("2006-01-02"), thousands(b.n), b.cfg.seed, float64(frameBytes)/1e6, limit, relayProfile(b.cfg.relayArgs), cpuModel(), runtime.Version(), runtime.GOMAXPROCS(0))
 }
 
 // pageLimit is what the archiver pages with: -limit, else the relay's
@@ -308,7 +332,8 @@ func (b *bench) pageLimit(ctx context.Context) (int, error) {
 // stored every event.
 func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string, verify bool) (row, *crawlLog, error) {
 	data := filepath.Join(b.tmp, dir)
-	args := append([]string{"crawl", "--data", data}, crawlCommon...)
+	prof := data + ".cpu.pprof"
+	args := append([]string{"crawl", "--data", data, "--cpuprofile", prof}, crawlCommon...)
 	if verify {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-verify" })
 	}
@@ -332,7 +357,13 @@ func (b *bench) crawl(ctx context.Context, name, dir string, scenario []string, 
 	r := row{
 		Scenario: name, Events: b.n, Elapsed: m.Elapsed, CPU: m.CPU,
 		PeakRSS: m.PeakRSS, RSS10: m.rssAt(b.n/10, b.n), RSS50: m.rssAt(b.n/2, b.n), RSSEnd: m.RSSEnd(),
-		Concurrency: "1x1 (capped)",
+		Concurrency: "1x1 (capped)", Written: m.Written,
+	}
+	if r.Stages, err = readStages(prof); err != nil {
+		return row{}, nil, err
+	}
+	if r.Disk, err = measureDisk(data); err != nil {
+		return row{}, nil, err
 	}
 	progress("%s: %d events in %.1f s, %.0f events/s, peak RSS %s MB", name, b.n, r.Elapsed.Seconds(), r.rate(), mib(r.PeakRSS))
 	if dir == "fixed" && !b.cfg.keep {
@@ -371,7 +402,8 @@ func (b *bench) raw(ctx context.Context, o rawOptions, conns, inflight int) (row
 // verdict.
 func (b *bench) reprocess(ctx context.Context) (r row, poolN int64, poolTime time.Duration, err error) {
 	data := filepath.Join(b.tmp, "adaptive")
-	m, err := runMeasured(ctx, "(d) verify", b.archiver, []string{"reprocess", "--data", data}, false)
+	prof := data + ".reprocess.pprof"
+	m, err := runMeasured(ctx, "(d) verify", b.archiver, []string{"reprocess", "--data", data, "--cpuprofile", prof}, false)
 	if err != nil {
 		return r, 0, 0, err
 	}
@@ -388,7 +420,11 @@ func (b *bench) reprocess(ctx context.Context) (r row, poolN int64, poolTime tim
 		}
 	}
 	r = row{Scenario: "(d) verify: archiver reprocess", Events: b.n, Elapsed: m.Elapsed, CPU: m.CPU, PeakRSS: m.PeakRSS,
-		RSS10: m.rssAt(b.n/10, b.n), RSS50: m.rssAt(b.n/2, b.n), RSSEnd: m.RSSEnd(), Concurrency: fmt.Sprintf("%d workers", runtime.GOMAXPROCS(0))}
+		RSS10: m.rssAt(b.n/10, b.n), RSS50: m.rssAt(b.n/2, b.n), RSSEnd: m.RSSEnd(), Concurrency: fmt.Sprintf("%d workers", runtime.GOMAXPROCS(0)),
+		Written: m.Written}
+	if r.Stages, err = readStages(prof); err != nil {
+		return r, 0, 0, err
+	}
 	progress("(d) verify: %d events in %.1f s, %.0f events/s", b.n, r.Elapsed.Seconds(), r.rate())
 	return r, poolN, poolTime, nil
 }

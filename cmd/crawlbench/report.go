@@ -20,6 +20,10 @@ type row struct {
 	RSS50       int64         // bytes at ~50% of the events
 	RSSEnd      int64         // bytes at the last sample
 	Concurrency string
+	Stages      stageSplit // CPU profile samples by stage; zero: not profiled
+	Written     int64      // bytes written to disk; 0: not measured
+	Received    int64      // EVENT frame bytes the archiver received, for written/received
+	Disk        diskUse    // the archive on disk at exit; zero: not measured
 }
 
 // rate is events per second.
@@ -71,6 +75,7 @@ func writeReport(w io.Writer, rep report) error {
 			r.Scenario, thousands(r.Events), r.Elapsed.Seconds(), thousands(int64(r.rate()+0.5)), mbps,
 			cpu, perCPU, mib(r.PeakRSS), mib(r.RSS10), mib(r.RSS50), mib(r.RSSEnd), r.Concurrency)
 	}
+	writeStages(&b, rep.Rows)
 	if len(rep.Notes) > 0 {
 		b.WriteByte('\n')
 	}
@@ -88,6 +93,34 @@ func writeReport(w io.Writer, rep report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeStages writes, for the rows that were profiled, the CPU per event
+// by stage and the disk traffic and use.
+func writeStages(b *strings.Builder, rows []row) {
+	header := false
+	for _, r := range rows {
+		if r.Stages.total() <= 0 || r.Events <= 0 {
+			continue
+		}
+		if !header {
+			b.WriteString("\n| scenario | CPU µs/event | receive | store | verify | other | written/received | disk B/event | of which WAL |\n")
+			b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			header = true
+		}
+		perEvent := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/float64(r.Events)) }
+		wa := "-"
+		if r.Received > 0 && r.Written > 0 {
+			wa = fmt.Sprintf("%.2f", float64(r.Written)/float64(r.Received))
+		}
+		disk, wal := "-", "-"
+		if r.Disk.Bytes > 0 {
+			disk, wal = thousands(r.Disk.Bytes/r.Events), thousands(r.Disk.WAL/r.Events)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, perEvent(r.CPU),
+			perEvent(r.Stages[stageReceive]), perEvent(r.Stages[stageStore]), perEvent(r.Stages[stageVerify]), perEvent(r.Stages[stageOther]),
+			wa, disk, wal)
+	}
 }
 
 // mib formats a byte count in MiB, "-" for none.

@@ -34,7 +34,13 @@ func Event(i int) (id [32]byte, raw []byte) {
 // it. It returns the ids.
 func Fill(t testing.TB, dir, url string, n int) map[[32]byte]bool {
 	t.Helper()
-	s, err := rawstore.Open(rawstore.Options{Dir: dir})
+	return FillWith(t, rawstore.Options{Dir: dir}, url, n)
+}
+
+// FillWith is Fill with the store opened with o (o.Dir the archive).
+func FillWith(t testing.TB, o rawstore.Options, url string, n int) map[[32]byte]bool {
+	t.Helper()
+	s, err := rawstore.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +111,12 @@ func AllValid(items []rawstore.Pending, vs []rawstore.Verdict) error {
 // whose name ends in ext (".blob", ".sst") and returns its name.
 func Garble(t testing.TB, dir, ext string, size int) string {
 	t.Helper()
+	return GarbleAt(t, dir, ext, size, 0.5)
+}
+
+// GarbleAt is Garble at the fraction at of the file (0.5: its middle).
+func GarbleAt(t testing.TB, dir, ext string, size int, at float64) string {
+	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "*"+ext))
 	if err != nil || len(names) == 0 {
 		t.Fatalf("no %s file in %s (%v)", ext, dir, err)
@@ -128,7 +140,7 @@ func Garble(t testing.TB, dir, ext string, size int) string {
 	for i := range junk {
 		junk[i] = byte(i*131 + 7)
 	}
-	if _, err := f.WriteAt(junk, (biggest-int64(size))/2); err != nil {
+	if _, err := f.WriteAt(junk, int64(float64(biggest-int64(size))*at)); err != nil {
 		t.Fatal(err)
 	}
 	return name

@@ -1,4 +1,4 @@
-package crawl
+package relayconn
 
 import (
 	"bytes"
@@ -22,8 +22,8 @@ import (
 // HTTP 429: a per-IP connection or rate limit.
 var ErrTooManyRequests = errors.New("HTTP 429 on connect")
 
-// errConnClosed ends every subscription of a connection that went away.
-var errConnClosed = errors.New("connection closed")
+// ErrConnClosed ends every subscription of a connection that went away.
+var ErrConnClosed = errors.New("connection closed")
 
 // EndKind says how a page ended.
 type EndKind uint8
@@ -41,9 +41,8 @@ func (k EndKind) String() string {
 	return [...]string{"eose", "closed", "notice", "timeout", "conn-lost", "overflow"}[k]
 }
 
-// Malformed is a frame that does not parse, kept for quarantine. The
-// transport knows nothing of the store: the crawl hands these to it as
-// rawstore.Malformed (see toStore).
+// Malformed is a frame that does not parse, kept for quarantine (the
+// crawl converts it to the store's own type).
 type Malformed struct {
 	Raw    []byte
 	Reason string
@@ -236,6 +235,9 @@ func (c *Conn) Close() {
 	<-c.pingDone
 }
 
+// URL is the relay's address as dialed.
+func (c *Conn) URL() string { return c.url }
+
 // Done is closed when the connection has gone away.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
@@ -343,8 +345,8 @@ func (c *Conn) request(ctx context.Context, verb string, filter []byte, limit in
 		c.forget(s)
 		return &s.page, nil
 	}
-	tick := time.NewTicker(min(idle/4, time.Second))
-	defer tick.Stop()
+	idleTimer := time.NewTimer(idle)
+	defer idleTimer.Stop()
 wait:
 	for {
 		select {
@@ -354,11 +356,15 @@ wait:
 			c.forget(s)
 			_ = c.write(closeMsg(s.id))
 			return nil, ctx.Err()
-		case <-tick.C:
-			if time.Since(time.Unix(0, s.last.Load())) > idle {
-				c.finish(s, EndTimeout, "")
-				break wait
+		case <-idleTimer.C:
+			// Frames since the timer was set moved the deadline on: the
+			// page ends idle after its last frame, not at a tick after.
+			if left := idle - time.Since(time.Unix(0, s.last.Load())); left > 0 {
+				idleTimer.Reset(left)
+				continue
 			}
+			c.finish(s, EndTimeout, "")
+			break wait
 		}
 	}
 	c.forget(s)
@@ -512,9 +518,9 @@ func (c *Conn) OnClose(_ *gws.Conn, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err == nil {
-		err = errConnClosed
+		err = ErrConnClosed
 	}
-	c.closeErr = fmt.Errorf("%w: %v", errConnClosed, err)
+	c.closeErr = fmt.Errorf("%w: %v", ErrConnClosed, err)
 	for _, s := range c.subs {
 		c.finishLocked(s, EndConnLost, err.Error())
 	}
