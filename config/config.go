@@ -54,6 +54,8 @@ type Config struct {
 	// Serve is the [serve] section, nil when the file has none: the
 	// daemon then does not answer Nostr clients.
 	Serve *Serve `toml:"serve"`
+	// Discover is the [discover] section (off by default).
+	Discover Discover `toml:"discover"`
 }
 
 // Limits bound what the daemon may use; they are ceilings, the adaptive
@@ -81,6 +83,42 @@ type Limits struct {
 	// StopTimeout bounds a graceful stop (drain pages, flush, close the
 	// store). Default "60s"; systemd's TimeoutStopSec must exceed it.
 	StopTimeout Duration `toml:"stop_timeout"`
+	// MaxDials caps the connection attempts in flight at once to relays
+	// not known to be up, apart from crawling's connections, so that dead
+	// relays cannot hold up live ones. Default 64.
+	MaxDials int `toml:"max_dials"`
+	// DialsPerSecond caps how many such attempts start per second.
+	// Default 50.
+	DialsPerSecond int `toml:"dials_per_second"`
+	// BackoffMin is the pause after a relay's first failure (unreachable,
+	// refusing, a failed pass); each further failure doubles it, with
+	// ±20% jitter, up to BackoffMax. Defaults "1m" and "6h".
+	BackoffMin Duration `toml:"backoff_min"`
+	BackoffMax Duration `toml:"backoff_max"`
+	// MetricsRelays is how many [[relay]] entries, the first ones, get
+	// their own per-relay crawl series in /metrics; the others and the
+	// discovered relays share relay="other", so that the series stay
+	// bounded over thousands of relays. Default 50.
+	MetricsRelays int `toml:"metrics_relays"`
+}
+
+// Discover is the [discover] section: crawling the relays that archived
+// events name (NIP-65 relay lists, contact lists, NIP-66, relay hints).
+type Discover struct {
+	// Enabled turns discovery on. Default false.
+	Enabled bool `toml:"enabled"`
+	// Allow, when set, admits only relays whose host is one of these
+	// names or under one of them ("example.com" admits
+	// relay.example.com).
+	Allow []string `toml:"allow,omitempty"`
+	// Deny refuses relays whose host is one of these names or under one.
+	Deny []string `toml:"deny,omitempty"`
+	// AllowPrivate lets discovered relays be on loopback, private or
+	// link-local addresses (tests, a lab network). Default false: what
+	// events say must not make the archiver probe its own network.
+	AllowPrivate bool `toml:"allow_private"`
+	// MaxRelays bounds the relays discovery adds. Default 10000.
+	MaxRelays int `toml:"max_relays"`
 }
 
 // Workers resolves VerifyWorkers: the configured count, or one per CPU
@@ -333,7 +371,7 @@ func (d *decoder) table(prefix string, m map[string]toml.Primitive, v reflect.Va
 // [[relay]] table start from their defaults and are decoded key by key.
 func (d *decoder) value(key string, p toml.Primitive, f reflect.Value) {
 	switch {
-	case f.Type() == reflect.TypeFor[Limits]():
+	case f.Type() == reflect.TypeFor[Limits](), f.Type() == reflect.TypeFor[Discover]():
 		d.section(key, p, f)
 	case f.Type() == reflect.TypeFor[*NATS]():
 		optional(d, key, p, f, DefaultNATS())

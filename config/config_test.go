@@ -149,7 +149,13 @@ func TestFull(t *testing.T) {
 			PageTimeout:            Duration(30 * time.Second),
 			MinFreeDiskBytes:       5 * GiB,
 			StopTimeout:            Duration(2 * time.Minute),
+			MaxDials:               500,
+			DialsPerSecond:         200,
+			BackoffMin:             Duration(30 * time.Second),
+			BackoffMax:             Duration(12 * time.Hour),
+			MetricsRelays:          5,
 		},
+		Discover: Discover{Enabled: true, Allow: []string{"example.com"}, Deny: []string{"spam.example.com"}, AllowPrivate: true, MaxRelays: 500},
 		Relays: []Relay{{
 			URL:             "wss://relay.example.com",
 			Since:           1700000000,
@@ -487,6 +493,32 @@ func TestServeSection(t *testing.T) {
 		_, err := Parse([]byte(tc.file + relay))
 		if err == nil || !slices.Contains(strings.Split(err.Error(), "\n"), tc.want) {
 			t.Errorf("%q: no line %q in\n%v", tc.file, tc.want, err)
+		}
+	}
+}
+
+func TestDiscoverAdmits(t *testing.T) {
+	d := Discover{Allow: []string{"example.com", "nos.lol"}, Deny: []string{"spam.example.com"}}
+	for host, want := range map[string]bool{
+		"example.com":        true,
+		"relay.example.com":  true,
+		"badexample.com":     false, // not under example.com
+		"spam.example.com":   false,
+		"a.spam.example.com": false,
+		"nos.lol":            true,
+		"other.org":          false,
+	} {
+		if got := d.Admits(host); got != want {
+			t.Errorf("Admits(%q) = %v, want %v", host, got, want)
+		}
+	}
+	if !(&Discover{}).Admits("any.org") {
+		t.Error("no lists should admit every host")
+	}
+	_, err := Parse([]byte("[[relay]]\nurl = \"nos.lol\"\n[discover]\nallow = [\"wss://x.org\"]\nmax_relays = 0\n[limits]\nbackoff_min = \"1h\"\nbackoff_max = \"1m\"\n"))
+	for _, key := range []string{"discover.allow[0]", "discover.max_relays", "limits.backoff_max"} {
+		if err == nil || !strings.Contains(err.Error(), key+":") {
+			t.Errorf("want an error naming %s, got %v", key, err)
 		}
 	}
 }

@@ -29,7 +29,13 @@ func Defaults() Config {
 			PageTimeout:            Duration(cd.PageTimeout),
 			MinFreeDiskBytes:       1 * GiB,
 			StopTimeout:            Duration(60 * time.Second),
+			MaxDials:               64,
+			DialsPerSecond:         50,
+			BackoffMin:             Duration(time.Minute),
+			BackoffMax:             Duration(6 * time.Hour),
+			MetricsRelays:          50,
 		},
+		Discover: Discover{MaxRelays: 10000},
 	}
 }
 

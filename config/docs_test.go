@@ -29,7 +29,7 @@ func schema(t *testing.T) []schemaKey {
 			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
 			name = prefix + name
 			switch f.Type {
-			case reflect.TypeFor[Limits]():
+			case reflect.TypeFor[Limits](), reflect.TypeFor[Discover]():
 				walk(name+".", v.Field(i))
 			case reflect.TypeFor[[]Relay]():
 				walk(name+".", reflect.ValueOf(DefaultRelay()))

@@ -67,6 +67,7 @@ func (c *Config) problems() []error {
 	if c.Serve != nil {
 		c.Serve.check(&p, c.Listen)
 	}
+	c.Discover.check(&p)
 	return p
 }
 
@@ -125,6 +126,42 @@ func (l *Limits) check(p *problems) {
 	}
 	positive("page_timeout", l.PageTimeout)
 	positive("stop_timeout", l.StopTimeout)
+	atLeast1("max_dials", l.MaxDials)
+	atLeast1("dials_per_second", l.DialsPerSecond)
+	positive("backoff_min", l.BackoffMin)
+	if l.MetricsRelays < 0 {
+		p.add("limits.metrics_relays", l.MetricsRelays, "must not be negative")
+	}
+	if l.BackoffMax < l.BackoffMin {
+		p.add("limits.backoff_max", l.BackoffMax, "must be at least limits.backoff_min (%v)", l.BackoffMin)
+	}
+}
+
+func (d *Discover) check(p *problems) {
+	if d.MaxRelays < 1 {
+		p.add("discover.max_relays", d.MaxRelays, "must be at least 1")
+	}
+	for key, hosts := range map[string][]string{"discover.allow": d.Allow, "discover.deny": d.Deny} {
+		for i, h := range hosts {
+			if h == "" || strings.ContainsAny(h, ":/ ") || h != strings.ToLower(h) {
+				p.add(fmt.Sprintf("%s[%d]", key, i), h, "must be a lowercase host name (no scheme, port or path)")
+			}
+		}
+	}
+}
+
+// Admits reports whether the relay at host (lowercase) passes the allow
+// and deny lists: a list entry names the host or a domain above it.
+func (d *Discover) Admits(host string) bool {
+	under := func(list []string) bool {
+		for _, h := range list {
+			if host == h || strings.HasSuffix(host, "."+h) {
+				return true
+			}
+		}
+		return false
+	}
+	return !under(d.Deny) && (len(d.Allow) == 0 || under(d.Allow))
 }
 
 // check validates relay i; seen maps the normalized URLs of the relays

@@ -16,6 +16,7 @@ type Metrics struct {
 	target     *prometheus.GaugeVec
 	finished   *prometheus.CounterVec
 	pageSecond prometheus.Histogram
+	keep       func(url string) bool // nil: every relay its own series
 }
 
 // NewMetrics registers the crawl's metrics on reg.
@@ -65,7 +66,18 @@ type relayMetrics struct {
 	relay                string
 }
 
+// OtherRelays is the relay label of the relays Metrics.Keep leaves out.
+const OtherRelays = "other"
+
+// KeepRelays limits the per-relay series to the relays keep admits; the
+// others share the label OtherRelays, so that a daemon over thousands of
+// relays exports a bounded number of series. Call it before crawling.
+func (m *Metrics) KeepRelays(keep func(url string) bool) { m.keep = keep }
+
 func (m *Metrics) forRelay(url string) *relayMetrics {
+	if m.keep != nil && !m.keep(url) {
+		url = OtherRelays
+	}
 	return &relayMetrics{
 		events: m.events.WithLabelValues(url), bytes: m.bytes.WithLabelValues(url), pages: m.pages.WithLabelValues(url),
 		inflight: m.inflight.WithLabelValues(url), conns: m.conns.WithLabelValues(url),

@@ -23,6 +23,7 @@ import (
 	"github.com/nostr-archiver/archiver/diskguard"
 	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/sched"
 	"github.com/nostr-archiver/archiver/sdnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -58,12 +59,26 @@ type Daemon struct {
 	// auth holds the NIP-42 keys (*crawl.AuthKeys, nil for none), swapped
 	// by Reload; relay loops and jobs read it for each crawl.
 	auth atomic.Pointer[crawl.AuthKeys]
+	// metricsRelays are the relays with their own crawl series (see
+	// config.Limits.MetricsRelays), swapped by Reload.
+	metricsRelays atomic.Pointer[map[string]bool]
+
+	// sched decides when each relay is dialed and run (see package
+	// sched); notes persists its records and the discovered relays.
+	sched *sched.Scheduler
+	notes *notes
 
 	mu     sync.Mutex
 	cfg    *config.Config
 	relays map[string]*relayLoop // by URL
-	wg     sync.WaitGroup        // relay loops
+	wg     sync.WaitGroup        // the scheduler (which owns the relay runs), the NATS worker
 	runCtx context.Context
+	// saved holds the persisted scheduler records of relays not handed
+	// to the scheduler yet; frontier the relays earlier runs discovered.
+	saved              map[string]sched.Record
+	frontier           map[string]Discovered
+	nDiscovered        int // relays discovery added
+	refusedDiscoveries int // URLs the lists, the private guard or max_relays refused
 }
 
 // New opens the archive and binds the HTTP listener, so that errors in
@@ -96,7 +111,18 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.store = store
 	d.metrics.registerStore(d.reg, store)
-	d.pool, err = lazyparse.New(lazyparse.Options{Store: store, Workers: cfg.Limits.Workers(), Logger: d.log, Metrics: lazyparse.NewMetrics(d.reg)})
+	d.notes = &notes{store: store, log: d.log}
+	d.saved, err = loadNotes[sched.Record](store, noteSchedule)
+	if err == nil && cfg.Discover.Enabled {
+		d.frontier, err = loadNotes[Discovered](store, noteDiscovered)
+	}
+	if err == nil {
+		po := lazyparse.Options{Store: store, Workers: cfg.Limits.Workers(), Logger: d.log, Metrics: lazyparse.NewMetrics(d.reg)}
+		if cfg.Discover.Enabled {
+			po.OnJudged = d.onJudged
+		}
+		d.pool, err = lazyparse.New(po)
+	}
 	if err == nil {
 		d.guard, err = diskguard.New(diskguard.Options{
 			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
@@ -118,7 +144,11 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.crawlM = crawl.NewMetrics(d.reg)
+	d.metricsRelays.Store(metricsRelays(cfg))
+	d.crawlM.KeepRelays(func(u string) bool { return (*d.metricsRelays.Load())[u] })
 	d.conns = semaphore.NewWeighted(int64(cfg.Limits.MaxConnections))
+	d.sched = d.newScheduler()
+	d.registerSchedMetrics(d.reg)
 	return d, nil
 }
 
@@ -149,7 +179,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
-	bgWG.Add(2)
+	// The notes are written until every relay run has stopped, then once
+	// more; the failure summary is logged meanwhile.
+	bgWG.Add(4)
+	go func() { defer bgWG.Done(); d.notes.run(bg) }()
+	go func() { defer bgWG.Done(); d.summarize(bg) }()
 	go func() { defer bgWG.Done(); d.guard.Run(bg) }()
 	go func() {
 		defer bgWG.Done()
@@ -160,7 +194,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	d.mu.Lock()
 	d.runCtx = ctx
+	d.wg.Add(1)
+	go func() { defer d.wg.Done(); d.sched.Run(ctx) }()
 	d.startRelaysLocked(d.cfg)
+	if d.cfg.Discover.Enabled {
+		d.startDiscoveredLocked()
+	}
 	if d.cfg.NATS != nil {
 		d.wg.Add(1)
 		go func() { defer d.wg.Done(); d.runJobs(ctx) }()
@@ -261,6 +300,7 @@ func (d *Daemon) Reload() error {
 		return err
 	}
 	d.auth.Store(auth) // the next crawl or tail of every relay uses them
+	d.metricsRelays.Store(metricsRelays(cfg))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	want := map[string]bool{}
@@ -268,9 +308,9 @@ func (d *Daemon) Reload() error {
 		want[r.URL] = true
 	}
 	for url, l := range d.relays {
-		if !want[url] {
+		if !want[url] && l.found == nil { // discovered relays are not the file's to remove
 			d.log.Info("relay removed from the configuration: stopping it", zap.String("relay", url))
-			l.cancel()
+			d.sched.Remove(url)
 			delete(d.relays, url)
 		}
 	}
@@ -292,4 +332,14 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// metricsRelays is the set of the first Limits.MetricsRelays configured
+// relays.
+func metricsRelays(cfg *config.Config) *map[string]bool {
+	m := map[string]bool{}
+	for _, r := range cfg.Relays[:min(len(cfg.Relays), cfg.Limits.MetricsRelays)] {
+		m[r.URL] = true
+	}
+	return &m
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nostr-archiver/archiver/sched"
 	"github.com/nostr-archiver/archiver/status"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -16,6 +17,16 @@ type Status struct {
 	*status.Report
 	Relays []RelayState `json:"relays"`
 	Disk   DiskState    `json:"disk"`
+	// Schedule counts the relays by scheduling state (due, probing,
+	// active, backoff, done).
+	Schedule map[string]int `json:"schedule"`
+	// Discovered counts the relays discovery added; Refused the URLs it
+	// did not (allow/deny lists, private targets, max_relays).
+	Discovered int `json:"discovered"`
+	Refused    int `json:"discovery_refused"`
+	// UnsavedNotes counts scheduler and discovery records not yet
+	// written to the archive (they are, every second).
+	UnsavedNotes int `json:"unsaved_notes"`
 }
 
 // RelayState joins a relay's archive record and its loop's state.
@@ -46,13 +57,19 @@ func (d *Daemon) Status() (*Status, error) {
 	for _, r := range rep.Relays {
 		records[r.URL] = r
 	}
+	scheduled := map[string]sched.Status{}
+	for _, s := range d.sched.Statuses() {
+		scheduled[s.URL] = s
+	}
+	st.Schedule, st.UnsavedNotes = d.sched.Counts(), d.notes.unsaved()
 	d.mu.Lock()
+	st.Discovered, st.Refused = d.nDiscovered, d.refusedDiscoveries
 	for url, l := range d.relays {
 		rec, ok := records[url]
 		if !ok {
 			rec = status.Relay{URL: url}
 		}
-		st.Relays = append(st.Relays, RelayState{Relay: rec, RelayStatus: l.status()})
+		st.Relays = append(st.Relays, RelayState{Relay: rec, RelayStatus: l.status(scheduled[url])})
 	}
 	d.mu.Unlock()
 	sort.Slice(st.Relays, func(i, j int) bool { return st.Relays[i].Relay.URL < st.Relays[j].Relay.URL })

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/config"
 	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/sched"
 	"go.uber.org/zap"
 )
 
@@ -18,16 +19,19 @@ const (
 	StateStopped  = "stopped"  // finished a bounded job (until set), or stopping
 )
 
-// relayLoop keeps one relay archived: backfill (a crawl job that resumes
-// where the last run stopped and, for an open range, extends to now), then
-// a live tail until the catch-up interval passes, then the backfill job
-// again (it extends from just before the last run's end, which catches
-// events backdated past the tail), and so on.
+// relayLoop keeps one relay archived while the scheduler (package
+// sched) has it: backfill (a crawl job that resumes where the last run
+// stopped and, for an open range, extends to now), then a live tail until
+// the catch-up interval passes, then the backfill job again (it extends
+// from just before the last run's end, which catches events backdated
+// past the tail), and so on. A failed pass or tail ends the run: the
+// scheduler backs the relay off and runs it again later, with no
+// goroutine meanwhile.
 type relayLoop struct {
-	d      *Daemon
-	cfg    config.Relay
-	cancel context.CancelFunc
-	log    *zap.Logger
+	d     *Daemon
+	cfg   config.Relay
+	found *Discovered // where discovery learned it; nil for a configured relay
+	log   *zap.Logger
 
 	mu               sync.Mutex
 	state            string
@@ -36,21 +40,11 @@ type relayLoop struct {
 	passes           int
 }
 
-// startRelaysLocked starts a loop for every relay of cfg not running yet.
-// Caller holds d.mu.
+// startRelaysLocked hands every relay of cfg not known yet to the
+// scheduler. Caller holds d.mu.
 func (d *Daemon) startRelaysLocked(cfg *config.Config) {
 	for _, rc := range cfg.Relays {
-		if _, ok := d.relays[rc.URL]; ok {
-			continue
-		}
-		ctx, cancel := context.WithCancel(d.runCtx)
-		l := &relayLoop{d: d, cfg: rc, cancel: cancel, log: d.log.With(zap.String("relay", rc.URL)), state: StateBackfill}
-		d.relays[rc.URL] = l
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			l.run(ctx)
-		}()
+		d.addRelayLocked(rc, nil)
 	}
 }
 
@@ -60,12 +54,19 @@ func (l *relayLoop) set(f func(l *relayLoop)) {
 	f(l)
 }
 
-func (l *relayLoop) run(ctx context.Context) {
-	retry := time.Minute
+// run runs the relay until a pass fails, a bounded job is done, or ctx
+// ends. It holds the host's lease (one heavy pass per host) through each
+// backfill and gives it up for the quiet tail.
+func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
+	got := false // some pass got through: the scheduler restarts the failure count
 	for ctx.Err() == nil {
+		if lease.Acquire(ctx) != nil {
+			break
+		}
 		l.set(func(l *relayLoop) { l.state = StateBackfill })
 		start := time.Now()
 		res := l.backfill(ctx)
+		lease.Release()
 		if ctx.Err() != nil {
 			break
 		}
@@ -83,17 +84,14 @@ func (l *relayLoop) run(ctx context.Context) {
 			}
 		})
 		if !ok {
-			l.log.Warn("backfill pass failed; retrying", zap.String("finish", res.Finish), zap.String("detail", res.Detail), zap.Duration("in", retry))
+			// Logged by the scheduler's summary, with the others.
 			l.set(func(l *relayLoop) { l.state = StateWaiting })
-			if !sleep(ctx, retry) {
-				break
-			}
-			retry = min(2*retry, time.Duration(l.cfg.CatchupInterval))
-			continue
+			return sched.Outcome{OK: got, Err: res.Finish + ": " + res.Detail}
 		}
-		retry = time.Minute
+		got = true
 		if !l.cfg.Live || l.cfg.Until != 0 {
-			break // a bounded job is done
+			l.set(func(l *relayLoop) { l.state = StateStopped })
+			return sched.Outcome{OK: true, Done: true} // a bounded job is done
 		}
 		l.set(func(l *relayLoop) { l.state = StateLive })
 		tailCtx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.CatchupInterval))
@@ -102,14 +100,14 @@ func (l *relayLoop) run(ctx context.Context) {
 		if err == nil {
 			err = c.Tail(tailCtx, l.cfg.URL, crawl.TailOptions{Since: since, Overlap: time.Duration(l.cfg.TailOverlap)})
 		}
-		if err != nil {
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			l.log.Warn("live tail refused", zap.Error(err))
 			l.set(func(l *relayLoop) { l.state = StateWaiting })
-			sleep(tailCtx, time.Duration(l.cfg.CatchupInterval))
+			return sched.Outcome{OK: true, Err: "tail: " + err.Error()}
 		}
-		cancel()
 	}
-	l.set(func(l *relayLoop) { l.state = StateStopped })
+	return sched.Outcome{OK: got}
 }
 
 func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
@@ -123,6 +121,7 @@ func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
 // crawler builds the crawl for this relay's job from the configuration.
 func (l *relayLoop) crawler() (*crawl.Crawler, error) {
 	o := l.d.crawlOptions()
+	o.Dialer = l.d.dialerFor(l.cfg.URL)
 	o.Since, o.Until, o.Kinds, o.Authors = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds, l.cfg.Authors
 	c, err := crawl.New(o)
 	return c, err
@@ -141,15 +140,39 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // RelayStatus is one relay's entry in /status.
 type RelayStatus struct {
+	// State is the loop's (backfill, live, waiting, stopped) while the
+	// scheduler runs the relay, else the scheduler's (due, probing,
+	// backoff).
 	State            string `json:"state"`
 	BackfillComplete bool   `json:"backfill_complete"`
 	Passes           int    `json:"passes"`
 	LastFinish       string `json:"last_finish,omitempty"`
 	LastDetail       string `json:"last_detail,omitempty"`
+	// The scheduler's record: consecutive failures, the last one's
+	// reason, when the relay is dialed next, when a dial last got through.
+	Failures  int    `json:"failures,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	NextDial  string `json:"next_dial,omitempty"`
+	LastUp    string `json:"last_up,omitempty"`
+	// Discovered says where discovery learned the relay; absent for a
+	// configured one.
+	Discovered *Discovered `json:"discovered,omitempty"`
 }
 
-func (l *relayLoop) status() RelayStatus {
+func (l *relayLoop) status(s sched.Status) RelayStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return RelayStatus{State: l.state, BackfillComplete: l.backfillComplete, Passes: l.passes, LastFinish: l.last.Finish, LastDetail: l.last.Detail}
+	st := RelayStatus{State: l.state, BackfillComplete: l.backfillComplete, Passes: l.passes, LastFinish: l.last.Finish, LastDetail: l.last.Detail,
+		Failures: s.Failures, LastError: s.LastErr, NextDial: unixMilli(s.Next), LastUp: unixMilli(s.LastOK), Discovered: l.found}
+	if s.State != sched.StateActive && s.State != sched.StateDone && s.State != "" {
+		st.State = s.State
+	}
+	return st
+}
+
+func unixMilli(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
 }

@@ -33,11 +33,21 @@ type Found struct {
 // that are not ws(s) URLs with a host, or that name a private target
 // (see Private), are left out.
 func Extract(e *event.Event) []Found {
+	return extract(e, false)
+}
+
+// ExtractAll is Extract keeping private targets: for a caller that
+// decides itself (a daemon configured to crawl a lab network).
+func ExtractAll(e *event.Event) []Found {
+	return extract(e, true)
+}
+
+func extract(e *event.Event, private bool) []Found {
 	var out []Found
 	seen := map[string]bool{}
 	add := func(raw, how string) {
 		u, ok := Normalize(raw)
-		if !ok || seen[u] || Private(u) {
+		if !ok || seen[u] || !private && Private(u) {
 			return
 		}
 		seen[u] = true

@@ -84,6 +84,14 @@ func TestExtract(t *testing.T) {
 	}
 }
 
+func TestExtractAllKeepsPrivate(t *testing.T) {
+	e := event.Event{Kind: 10002, Tags: [][]string{{"r", "ws://127.0.0.1:4869"}, {"r", "wss://a.example"}}}
+	want := []Found{{"ws://127.0.0.1:4869", FromRelayList}, {"wss://a.example", FromRelayList}}
+	if got := ExtractAll(&e); !reflect.DeepEqual(got, want) {
+		t.Errorf("ExtractAll = %v, want %v", got, want)
+	}
+}
+
 func TestFrontierBound(t *testing.T) {
 	f := NewFrontier(2)
 	for _, u := range []string{"wss://a.example", "wss://b.example", "wss://a.example", "wss://c.example"} {

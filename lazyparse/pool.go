@@ -50,6 +50,10 @@ type Options struct {
 	// ScanFraction: Drain reads the backlog in key order when at least
 	// this fraction of the stored ids is pending; default 0.125.
 	ScanFraction float64
+	// OnJudged, if set, sees each judged batch (items with their bytes,
+	// verdicts) on the pool's loop, e.g. to find relay URLs in the valid
+	// events. It must be quick and must not keep the slices.
+	OnJudged func(items []rawstore.Pending, vs []rawstore.Verdict)
 }
 
 func (o *Options) setDefaults() {
@@ -224,6 +228,7 @@ func (p *Pool) scan(ctx context.Context) (int, error) {
 			return err
 		}
 		p.observe(vs, start)
+		p.judged(items, vs)
 		return nil
 	})
 	switch {
@@ -266,7 +271,14 @@ func (p *Pool) step(cursor *uint64, full bool) (judged, deferred int, err error)
 	}
 	*cursor = last
 	p.observe(verdicts, start)
+	p.judged(items, verdicts)
 	return len(items), deferred, nil
+}
+
+func (p *Pool) judged(items []rawstore.Pending, vs []rawstore.Verdict) {
+	if p.opts.OnJudged != nil {
+		p.opts.OnJudged(items, vs)
+	}
 }
 
 func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {

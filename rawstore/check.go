@@ -65,7 +65,7 @@ func (s *Store) Check() (*CheckReport, error) {
 	// only its own keys; the verdicts' walk still reads every event
 	// judged valid, one by one.
 	for _, p := range []byte{prefixCounter, prefixEvent, prefixAlternate, prefixMalformed, prefixRelay,
-		prefixPending, prefixQuarant, prefixProven, prefixShard, prefixVerdict, prefixInternal} {
+		prefixPending, prefixQuarant, prefixProven, prefixShard, prefixVerdict, prefixInternal, prefixNote} {
 		if err := s.checkPrefix(p, r, bad, seen); err != nil {
 			return r, err
 		}

@@ -57,6 +57,7 @@ func describeKey(k []byte) string {
 		prefixProven: "provenance of event", prefixPending: "queue entry", prefixQuarant: "quarantined copy",
 		prefixShard: "crawl cursor", prefixRelay: "relay record", prefixCounter: "counter",
 		prefixMalformed: "malformed-frame mark", prefixInternal: "store mark",
+		prefixNote: "relay note",
 	}[k[0]]
 	switch {
 	case kind == "":
@@ -65,7 +66,7 @@ func describeKey(k []byte) string {
 		return kind + " " + hex.EncodeToString(k[1:1+idLen])
 	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant):
 		return fmt.Sprintf("%s %d", kind, binary.BigEndian.Uint64(k[1:]))
-	case k[0] == prefixCounter || k[0] == prefixInternal:
+	case k[0] == prefixCounter || k[0] == prefixInternal || k[0] == prefixNote:
 		return fmt.Sprintf("%s %q", kind, k[1:])
 	}
 	return fmt.Sprintf("%s %x", kind, k[1:])

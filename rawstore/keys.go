@@ -15,6 +15,7 @@ const (
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)
 	prefixMalformed = 'M' // M|sha256(raw) -> (empty): malformed frames already quarantined
 	prefixInternal  = 'X' // X|name -> the store's own bookkeeping (see scanKey)
+	prefixNote      = 'D' // D|kind|url -> daemon-owned note on a relay URL (see PutNotes)
 )
 
 const (

@@ -441,7 +441,12 @@ func (s *Store) Relays() ([]Relay, error) {
 // ShardsWithPrefix returns every crawl-owned state of relay whose job key
 // starts with prefix, keyed by the rest of the key.
 func (s *Store) ShardsWithPrefix(relay uint32, prefix string) (map[string][]byte, error) {
-	p := shardKey(relay, prefix)
+	return s.collect(shardKey(relay, prefix))
+}
+
+// collect returns every value whose key starts with p, keyed by the rest
+// of the key.
+func (s *Store) collect(p []byte) (map[string][]byte, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err

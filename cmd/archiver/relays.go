@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/nostr-archiver/archiver/daemon"
 	"github.com/nostr-archiver/archiver/discover"
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/importer"
@@ -28,6 +31,10 @@ type knownRelay struct {
 	LastFinish string `json:"last_finish,omitempty"`
 	// Found: how events name it (nip65, contacts, nip66, hint), if they do.
 	Found *discover.Candidate `json:"found,omitempty"`
+	// Daemon: what `archiver run` keeps on it: its backoff (failures,
+	// next dial, last error, last time it was up) and, for a relay
+	// discovery added, the event that named it.
+	Daemon *daemon.RelayNote `json:"daemon,omitempty"`
 }
 
 func runRelays(args []string) int {
@@ -36,9 +43,10 @@ func runRelays(args []string) int {
 		fmt.Fprintln(fs.Output(), `Usage: archiver relays [--data DIR] [--json]
 
 Lists every relay the archive knows: those crawled (with the last crawl's
-finish and the events each served first) and those its valid events name
-(NIP-65 relay lists, contact lists, NIP-66 monitor events, relay hints in
-e/p/a tags), most named first. Private targets (loopback, private
+finish and the events each served first), those archiver run dialed and
+backs off (failures, last error, next dial) or discovered (from which
+event), and those its valid events name (NIP-65 relay lists, contact
+lists, NIP-66 monitor events, relay hints in e/p/a tags), most named first. Private targets (loopback, private
 addresses, .local, .onion) are left out.`)
 		fs.PrintDefaults()
 	}
@@ -80,6 +88,21 @@ addresses, .local, .onion) are left out.`)
 		byURL[r.URL] = len(out)
 		out = append(out, k)
 	}
+	notes, err := daemon.RelayNotes(store)
+	if err != nil {
+		return fail("relays", err)
+	}
+	for _, u := range slices.Sorted(maps.Keys(notes)) {
+		if _, ok := byURL[u]; !ok { // never crawled: dead, refusing, or not dialed yet
+			byURL[u] = len(out)
+			out = append(out, knownRelay{URL: u, State: "never crawled"})
+		}
+		n := notes[u]
+		out[byURL[u]].Daemon = &n
+		if s := n.Schedule; s != nil && s.Failures > 0 {
+			out[byURL[u]].State = "failing"
+		}
+	}
 	for _, cand := range front.List() {
 		cand := cand
 		if i, ok := byURL[cand.URL]; ok {
@@ -103,6 +126,13 @@ addresses, .local, .onion) are left out.`)
 			}
 			sort.Strings(hows)
 			found = "named by " + strings.Join(hows, ", ")
+		}
+		if n := k.Daemon; n != nil && n.Schedule != nil && n.Schedule.Failures > 0 {
+			found = strings.TrimSpace(fmt.Sprintf("%s; %d failures (%s), next dial %s", found, n.Schedule.Failures,
+				n.Schedule.LastErr, time.UnixMilli(n.Schedule.Next).UTC().Format(time.RFC3339)))
+		}
+		if n := k.Daemon; n != nil && n.Discovered != nil {
+			found = strings.TrimSpace(fmt.Sprintf("%s; discovered (%s) from event %s", found, n.Discovered.How, n.Discovered.From))
 		}
 		fmt.Printf("%-40s %-16s %8d  %s\n", k.URL, k.State, k.Events, found)
 	}
