@@ -3,7 +3,6 @@ package interop
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -14,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/nostr-archiver/archiver/event"
-	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/serve"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
@@ -28,32 +27,7 @@ func servedArchive(t *testing.T) (*rawstore.Store, []*event.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	relay, err := s.RelayIndex("wss://fixture.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &rawstore.Batch{Relay: relay}
-	for _, it := range f.Items {
-		var id [32]byte
-		if !it.Frame && event.DecodeHex32(&id, []byte(it.ID)) == nil {
-			b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: bytes.Clone(it.Raw)})
-		}
-	}
-	if _, err := s.Ingest(b); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Drain(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := storetest.Verified(t, f.Items)
 	var all []*event.Event
 	for _, v := range f.Valid {
 		e, err := event.Parse(v.Line)

@@ -16,6 +16,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/serve"
 	"go.uber.org/zap/zaptest"
@@ -51,7 +52,7 @@ func seed(t *testing.T, a *archive, k int) *rawstore.Store {
 	if _, err := dst.Ingest(b); err != nil {
 		t.Fatal(err)
 	}
-	drain(t, dst)
+	storetest.Verify(t, dst)
 	return dst
 }
 
@@ -95,7 +96,7 @@ func TestSyncFromServe(t *testing.T) {
 			if res.Windows < tt.windows {
 				t.Fatalf("%d windows, want at least %d", res.Windows, tt.windows)
 			}
-			drain(t, dst)
+			storetest.Verify(t, dst)
 			if want, got := exportLines(t, a.store), exportLines(t, dst); !slices.Equal(got, want) {
 				t.Fatalf("the synced copy has %d events, the archive %d (or they differ)", len(got), len(want))
 			}

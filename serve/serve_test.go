@@ -16,8 +16,8 @@ import (
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/filter"
 	"github.com/nostr-archiver/archiver/filter/filtertest"
-	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/serve"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/goleak"
@@ -42,27 +42,7 @@ func newArchive(t testing.TB) *archive {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	relay, err := s.RelayIndex("wss://fixture.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &rawstore.Batch{Relay: relay}
-	for _, it := range fix.Items {
-		var id [32]byte
-		if it.Frame || event.DecodeHex32(&id, []byte(it.ID)) != nil {
-			continue
-		}
-		b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: bytes.Clone(it.Raw)})
-	}
-	if _, err := s.Ingest(b); err != nil {
-		t.Fatal(err)
-	}
-	drain(t, s)
+	s := storetest.Verified(t, fix.Items)
 	a := &archive{store: s}
 	err = s.ForEachValid(func(_ [32]byte, raw []byte) error {
 		e, err := filtertest.Decode(raw)
@@ -90,20 +70,6 @@ func newArchive(t testing.TB) *archive {
 		t.Fatalf("%d valid events archived, the fixture has %d", len(a.all), len(fix.Valid))
 	}
 	return a
-}
-
-func drain(t testing.TB, s *rawstore.Store) {
-	t.Helper()
-	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Drain(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := s.Stats(); st.Pending != 0 {
-		t.Fatalf("%d pending after drain", st.Pending)
-	}
 }
 
 func start(t testing.TB, q serve.Querier, o serve.Options) *serve.Server {
@@ -162,7 +128,7 @@ func TestCrawlServedArchive(t *testing.T) {
 	if len(res) != 1 || !res[0].Drained() {
 		t.Fatalf("crawl of the served archive: %v", res)
 	}
-	drain(t, dst)
+	storetest.Verify(t, dst)
 	want, got := exportLines(t, a.store), exportLines(t, dst)
 	if !slices.Equal(got, want) {
 		t.Fatalf("the crawled copy has %d events, the archive %d (or they differ)", len(got), len(want))

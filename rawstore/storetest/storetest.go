@@ -1,8 +1,10 @@
 // Package storetest builds real archives on disk and damages them, for the
-// fault tests of rawstore and the commands.
+// fault tests of rawstore and the commands, and verified archives of test
+// relay fixtures, for the tests that read them back (serve, interop).
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/nostr-archiver/archiver/event"
+	"github.com/nostr-archiver/archiver/lazyparse"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/testrelay"
 )
 
 // Event returns the i-th test event: well formed, its id computed, its
@@ -140,4 +144,48 @@ func GarbleAt(t testing.TB, dir, ext string, size int, at float64) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// Verified opens an archive in a new directory holding every copy of the
+// fixture items that carries a readable id (as a crawl of a relay serving
+// them would), each verified for real (lazyparse): valid events, the
+// invalid copies quarantined.
+func Verified(t testing.TB, items []testrelay.Item) *rawstore.Store {
+	t.Helper()
+	s, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	relay, err := s.RelayIndex("wss://fixture.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawstore.Batch{Relay: relay}
+	for _, it := range items {
+		var id [32]byte
+		if !it.Frame && event.DecodeHex32(&id, []byte(it.ID)) == nil {
+			b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: bytes.Clone(it.Raw)})
+		}
+	}
+	if _, err := s.Ingest(b); err != nil {
+		t.Fatal(err)
+	}
+	Verify(t, s)
+	return s
+}
+
+// Verify verifies everything pending in s for real (lazyparse).
+func Verify(t testing.TB, s *rawstore.Store) {
+	t.Helper()
+	pool, err := lazyparse.New(lazyparse.Options{Store: s, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(); st.Pending != 0 {
+		t.Fatalf("%d pending after verifying", st.Pending)
+	}
 }
