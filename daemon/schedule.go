@@ -34,16 +34,18 @@ type Discovered struct {
 	At   int64  `json:"at"`   // unix seconds
 }
 
-// Timings of the scheduler's I/O side; variables so that tests shorten
-// them.
-var (
+// Timings of the scheduler's I/O side.
+const (
 	// probeTimeout bounds one probe (TCP, TLS, WebSocket upgrade).
 	probeTimeout = 10 * time.Second
-	// notesEvery is how often changed notes are written (one synced batch).
+	// notesEvery is how often changed notes are written (one synced
+	// batch): what a kill -9 may lose is the last second's backoff steps.
 	notesEvery = time.Second
-	// summaryEvery is how often failures are logged, as one line.
-	summaryEvery = time.Minute
 )
+
+// summaryEvery is how often failures are logged, as one line; a variable
+// so that a test shortens it.
+var summaryEvery = time.Minute
 
 // newScheduler builds the scheduler from the configuration's limits.
 func (d *Daemon) newScheduler() *sched.Scheduler {

@@ -100,6 +100,11 @@ func Normalize(raw string) (string, bool) {
 	if err != nil || u.RawQuery != "" {
 		return "", false
 	}
+	// A host with a colon must be an IPv6 literal ("ws://::80" parses
+	// with host ":").
+	if h := u.Hostname(); h == "" || strings.Contains(h, ":") && !validAddr(h) {
+		return "", false
+	}
 	if p := u.Port(); u.Scheme == "wss" && p == "443" || u.Scheme == "ws" && p == "80" {
 		u.Host = u.Hostname()
 		if strings.Contains(u.Host, ":") { // an IPv6 literal
@@ -107,6 +112,11 @@ func Normalize(raw string) (string, bool) {
 		}
 	}
 	return u.String(), true
+}
+
+func validAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // Private reports whether a normalized relay URL names a target the

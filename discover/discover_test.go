@@ -25,6 +25,7 @@ func TestNormalize(t *testing.T) {
 		{"wss://relay.example/?x=1", "", false},
 		{"wss://user:pw@relay.example", "", false},
 		{"", "", false},
+		{"ws://::80", "", false}, // host ":" once the port is cut (found by FuzzNormalize)
 	} {
 		got, ok := Normalize(tc.in)
 		if got != tc.want || ok != tc.ok {
