@@ -134,8 +134,10 @@ func (o *Options) setDefaults() {
 	if o.HTTPClient == nil {
 		// One request per relay per run: keeping the connection idle
 		// would only leave a goroutine behind.
+		// Through the Dialer too: a guard that refuses private addresses
+		// must see the NIP-11 request as well as the WebSocket.
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment,
+			DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment, DialContext: o.Dialer,
 		}}
 	}
 	if o.Pause == nil {

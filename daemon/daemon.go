@@ -41,6 +41,9 @@ type Options struct {
 	// Statfs, if set, replaces the free-space check of the data directory
 	// (tests).
 	Statfs func(dir string) (uint64, error)
+	// NodeID names this node in the fleet's job records; default
+	// <hostname>-<pid>.
+	NodeID string
 }
 
 // Daemon runs the archive service. Its methods are safe for concurrent use.
@@ -79,6 +82,10 @@ type Daemon struct {
 	frontier           map[string]Discovered
 	nDiscovered        int // relays discovery added
 	refusedDiscoveries int // URLs the lists, the private guard or max_relays refused
+	// sweep, with [nats] and [discover] both on, submits the discovered
+	// relays to the fleet's queue (swept) instead of running them here.
+	sweep *sweeper
+	swept map[string]bool
 }
 
 // New opens the archive and binds the HTTP listener, so that errors in
@@ -147,6 +154,10 @@ func New(opts Options) (*Daemon, error) {
 	d.metricsRelays.Store(metricsRelays(cfg))
 	d.crawlM.KeepRelays(func(u string) bool { return (*d.metricsRelays.Load())[u] })
 	d.conns = semaphore.NewWeighted(int64(cfg.Limits.MaxConnections))
+	if cfg.NATS != nil && cfg.Discover.Enabled {
+		d.sweep, d.swept = newSweeper(), map[string]bool{}
+		d.sweep.claim(relayURLs(cfg))
+	}
 	d.sched = d.newScheduler()
 	d.registerSchedMetrics(d.reg)
 	return d, nil
@@ -323,8 +334,19 @@ func (d *Daemon) Reload() error {
 	if d.runCtx != nil && d.runCtx.Err() == nil { // no new relay once stopping
 		d.startRelaysLocked(cfg)
 	}
+	if d.sweep != nil {
+		d.sweep.claim(relayURLs(cfg)) // the claims of relays claimed before are no-ops
+	}
 	d.log.Info("configuration reloaded", zap.Int("relays", len(d.relays)))
 	return nil
+}
+
+func relayURLs(cfg *config.Config) []string {
+	out := make([]string, len(cfg.Relays))
+	for i, r := range cfg.Relays {
+		out[i] = r.URL
+	}
+	return out
 }
 
 func b2f(b bool) float64 {

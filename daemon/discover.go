@@ -37,7 +37,7 @@ func (d *Daemon) discovered(f discover.Found, e *event.Event) {
 	dc := d.cfg.Discover
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, known := d.relays[f.URL]; known || d.runCtx == nil || d.runCtx.Err() != nil {
+	if _, known := d.relays[f.URL]; known || d.swept[f.URL] || d.runCtx == nil || d.runCtx.Err() != nil {
 		return
 	}
 	if !dc.Admits(hostOf(f.URL)) || !dc.AllowPrivate && discover.Private(f.URL) {
@@ -52,7 +52,17 @@ func (d *Daemon) discovered(f discover.Found, e *event.Event) {
 	b, _ := json.Marshal(found)
 	d.notes.put(noteDiscovered, f.URL, b)
 	d.log.Debug("relay discovered", zap.String("relay", f.URL), zap.String("how", f.How), zap.String("event", found.From))
-	d.addRelayLocked(discoveredRelay(f.URL), found)
+	d.adoptLocked(f.URL, found)
+}
+
+// adoptLocked archives a discovered relay: on this node, or, in a fleet,
+// through a sweep job on the shared queue. Caller holds d.mu.
+func (d *Daemon) adoptLocked(u string, found *Discovered) {
+	if d.sweep != nil {
+		d.sweepLocked(u, found)
+		return
+	}
+	d.addRelayLocked(discoveredRelay(u), found)
 }
 
 // discoveredRelay is the job of a discovered relay: a [[relay]] with only
@@ -72,7 +82,9 @@ func (d *Daemon) startDiscoveredLocked() {
 			return
 		}
 		if dc.Admits(hostOf(u)) && (dc.AllowPrivate || !discover.Private(u)) {
-			d.addRelayLocked(discoveredRelay(u), &f)
+			// In a fleet, submitted again: the queue's dedup, or the job's
+			// record, drops it if it was swept already.
+			d.adoptLocked(u, &f)
 		}
 	}
 }

@@ -27,6 +27,9 @@ type Status struct {
 	// UnsavedNotes counts scheduler and discovery records not yet
 	// written to the archive (they are, every second).
 	UnsavedNotes int `json:"unsaved_notes"`
+	// Sweep, in a fleet with discovery, counts the sweep jobs of the
+	// relays this node discovered.
+	Sweep *SweepState `json:"sweep,omitempty"`
 }
 
 // RelayState joins a relay's archive record and its loop's state.
@@ -62,6 +65,9 @@ func (d *Daemon) Status() (*Status, error) {
 		scheduled[s.URL] = s
 	}
 	st.Schedule, st.UnsavedNotes = d.sched.Counts(), d.notes.unsaved()
+	if d.sweep != nil {
+		st.Sweep = d.sweep.state()
+	}
 	d.mu.Lock()
 	st.Discovered, st.Refused = d.nDiscovered, d.refusedDiscoveries
 	for url, l := range d.relays {

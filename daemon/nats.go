@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,8 +19,11 @@ import (
 // daemon keeps archiving its configured relays meanwhile.
 func (d *Daemon) runJobs(ctx context.Context) {
 	cfg := d.cfg.NATS
-	host, _ := os.Hostname()
-	node := fmt.Sprintf("%s-%d", host, os.Getpid())
+	node := d.opts.NodeID
+	if node == "" {
+		host, _ := os.Hostname()
+		node = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
 	log := d.log.With(zap.String("node", node), zap.String("nats", cfg.URL))
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 && !sleep(ctx, min(time.Duration(attempt)*5*time.Second, time.Minute)) {
@@ -30,18 +34,39 @@ func (d *Daemon) runJobs(ctx context.Context) {
 			log.Error("cannot connect to NATS; retrying", zap.Error(err))
 			continue
 		}
+		subj := jobs.SubjectsFrom(*cfg)
 		js, err := jetstream.New(nc)
+		var w *jobs.Worker
 		if err == nil {
-			var w *jobs.Worker
 			w, err = jobs.New(jobs.WorkerOptions{
-				JS: js, Subjects: jobs.SubjectsFrom(*cfg), Store: d.store, NodeID: node,
+				JS: js, Subjects: subj, Store: d.store, NodeID: node,
 				MaxConcurrent: cfg.MaxConcurrentJobs, AllowPrivate: cfg.AllowPrivateTargets, Logger: log,
-				CrawlOptions: func(*jobs.Job) crawl.Options { return d.crawlOptions() },
+				CrawlOptions: func(*jobs.Job) crawl.Options {
+					o := d.crawlOptions()
+					if !cfg.AllowPrivateTargets {
+						// Checked again at each dial: a name that resolved to
+						// a public address when the job was accepted may not
+						// any more.
+						o.Dialer = publicOnly
+					}
+					return o
+				},
 			})
-			if err == nil {
-				log.Info("consuming crawl jobs")
-				err = w.Run(ctx)
+		}
+		if err == nil {
+			_, _, err = jobs.EnsureStream(ctx, js, subj) // before the sweeper submits
+		}
+		if err == nil {
+			log.Info("consuming crawl jobs")
+			wctx, stop := context.WithCancel(ctx)
+			var sw sync.WaitGroup
+			if d.sweep != nil {
+				sw.Add(1)
+				go func() { defer sw.Done(); d.runSweep(wctx, js, subj, node, log) }()
 			}
+			err = w.Run(wctx)
+			stop()
+			sw.Wait()
 		}
 		nc.Close()
 		if err != nil {

@@ -106,15 +106,18 @@ func (d *Daemon) dialerFor(u string) func(ctx context.Context, network, addr str
 	if l == nil || l.found == nil || d.cfg.Discover.AllowPrivate {
 		return nil
 	}
-	nd := &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
-		ap, err := netip.ParseAddrPort(address)
-		if err != nil || discover.PrivateAddr(ap.Addr()) {
-			return fmt.Errorf("%s is a private address: refused for a discovered relay", address)
-		}
-		return nil
-	}}
-	return nd.DialContext
+	return publicOnly
 }
+
+// publicOnly connects only to public addresses, whatever name resolved to
+// the address: the dial-time half of the private-target guard.
+var publicOnly = (&net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || discover.PrivateAddr(ap.Addr()) {
+		return fmt.Errorf("%s is a private address: refused for a discovered relay or a job", address)
+	}
+	return nil
+}}).DialContext
 
 // notes batches the daemon's notes to the archive: writers only mark a
 // note dirty; one goroutine writes them every notesEvery in one synced

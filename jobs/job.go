@@ -7,6 +7,8 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +57,10 @@ type Job struct {
 	Parent string `json:"parent,omitempty"`
 	Shard  *Range `json:"shard,omitempty"`
 
+	// Found is set on a sweep job: a relay that discovery found in an
+	// event, submitted by whichever nodes saw it (see SweepJob).
+	Found *Found `json:"found,omitempty"`
+
 	// Resolve looks up a relay's host for the private-target check;
 	// default net.DefaultResolver. Tests inject their own.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error) `json:"-"`
@@ -78,10 +84,38 @@ type Range struct {
 	Open bool `json:"open,omitempty"`
 }
 
+// Found says how discovery learned a sweep job's relay.
+type Found struct {
+	How  string `json:"how"`  // discover.FromRelayList, ...
+	From string `json:"from"` // the id of the event that named it (64 hex)
+}
+
 var (
 	idRe    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 	shardRe = regexp.MustCompile(`^/s[0-9]{1,4}$`)
+	howRe   = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
 )
+
+// SweepID is the id of the sweep job of a relay URL (discover.Normalize's
+// form): the same
+// on every node, so that the queue's dedup by message id makes the N
+// nodes that discover a relay submit one job.
+func SweepID(relay string) string {
+	sum := sha256.Sum256([]byte(relay))
+	return "relay-" + hex.EncodeToString(sum[:16])
+}
+
+// SweepJob is the job that crawls a discovered relay's whole history
+// once, on one node of the fleet: it is never split (one node at a time
+// per relay, and most discovered relays are small).
+func SweepJob(relay, how, from string) (*Job, error) {
+	u, ok := discover.Normalize(relay)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not a relay URL", ErrInvalidJob, relay)
+	}
+	j := &Job{ID: SweepID(u), Relays: []string{u}, Mode: ModeBackfill, Priority: DefaultPriority, Found: &Found{How: how, From: from}}
+	return j, j.check()
+}
 
 // ValidID reports whether id may name a submitted job. Dots may not lead,
 // trail or repeat: the id is a KV key and a subject token.
@@ -181,6 +215,24 @@ func (j *Job) check() error {
 		}
 	default:
 		bad("mode %q: want %q or %q", j.Mode, ModeBackfill, ModeLive)
+	}
+	if fd := j.Found; fd != nil {
+		if !howRe.MatchString(fd.How) || !crawl.ValidAuthor(fd.From) {
+			bad("found %+v: want how [a-z0-9-]{1,32} and from 64 lowercase hex", *fd)
+		}
+		if len(j.Relays) == 1 {
+			// One id per relay is what makes N submissions one job.
+			if u, ok := discover.Normalize(j.Relays[0]); !ok {
+				bad("sweep relay %q: want a ws:// or wss:// URL", j.Relays[0])
+			} else if j.ID != SweepID(u) {
+				bad("sweep job id %q: want %q", j.ID, SweepID(u))
+			}
+		} else {
+			bad("sweep job with %d relays: want 1", len(j.Relays))
+		}
+		if j.Mode != ModeBackfill || j.Parent != "" {
+			bad("sweep job: want a backfill and no parent")
+		}
 	}
 	if j.Priority < 0 || j.Priority > 9 {
 		bad("priority %d outside [0,9]", j.Priority)

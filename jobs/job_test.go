@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecode(t *testing.T) {
 	a := strings.Repeat("ab", 32)
+	sweep := SweepID("wss://r.example")
 	tests := []struct {
 		name string
 		in   string
@@ -36,6 +38,11 @@ func TestDecode(t *testing.T) {
 		{"shard without parent", `{"id":"j","relays":["r.example"],"shard":{"since":1,"until":2}}`, []string{"shard without parent"}},
 		{"shard id", `{"id":"q/s1","parent":"p","shard":{"since":1,"until":2},"relays":["r.example"]}`, []string{"shard id"}},
 		{"shard outside", `{"id":"p/s1","parent":"p","shard":{"since":1,"until":200},"relays":["r.example"],"filter":{"until":100}}`, []string{"not a range inside"}},
+		{"sweep", `{"id":"` + sweep + `","relays":["wss://r.example"],"found":{"how":"nip65","from":"` + a + `"}}`, nil},
+		{"sweep id", `{"id":"j","relays":["wss://r.example"],"found":{"how":"nip65","from":"` + a + `"}}`, []string{`sweep job id "j": want "` + sweep + `"`}},
+		{"sweep shape", `{"id":"` + sweep + `","relays":["r.example","s.example"],"mode":"live","found":{"how":"NIP 65","from":"x"}}`,
+			[]string{"want how", "with 2 relays", "want a backfill"}},
+		{"sweep bare host", `{"id":"` + sweep + `","relays":["r.example"],"found":{"how":"nip65","from":"` + a + `"}}`, []string{"want a ws:// or wss:// URL"}},
 		{"too big", `{"id":"j","relays":["r.example"],"filter":{"kinds":[` + strings.Repeat("1,", 40000) + `1]}}`, []string{"bytes > 65536"}},
 	}
 	for _, tc := range tests {
@@ -62,6 +69,33 @@ func TestDecode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every node names a relay's sweep job alike, whatever URL spelling the
+// event used: that is what the queue's dedup collapses.
+func TestSweepJob(t *testing.T) {
+	from := strings.Repeat("cd", 32)
+	a, err := SweepJob("wss://R.example:443/", "nip65", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := SweepJob("WSS://r.example", "hint", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != b.ID || a.Relays[0] != "wss://r.example" || !ValidID(a.ID) {
+		t.Errorf("ids %q and %q for one relay (%q)", a.ID, b.ID, a.Relays[0])
+	}
+	if c, _ := SweepJob("wss://s.example", "nip65", from); c.ID == a.ID {
+		t.Error("two relays share a sweep id")
+	}
+	if _, err := SweepJob("https://r.example", "nip65", from); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("http URL: %v", err)
+	}
+	w := &Worker{opts: WorkerOptions{SplitThreshold: 1, Now: func() time.Time { return time.Unix(1e9, 0) }}}
+	if w.shouldSplit(a) {
+		t.Error("a sweep job of a whole history is split")
 	}
 }
 

@@ -120,3 +120,24 @@ func Submit(ctx context.Context, js jetstream.JetStream, s Subjects, j *Job) (du
 	}
 	return false, nil
 }
+
+// Claim records the sweep job of relay (discover.Normalize's form) as
+// done by node, which archives it from its own configuration: a sweep job
+// that other nodes submit for it later is dropped by the worker that
+// takes it. A record that exists (the relay was swept, or claimed) is
+// left alone: claimed is false.
+func Claim(ctx context.Context, js jetstream.JetStream, s Subjects, relay, node string) (claimed bool, err error) {
+	kv, err := js.KeyValue(ctx, s.Bucket())
+	if err != nil {
+		return false, fmt.Errorf("jobs: claim %s: %w", relay, err)
+	}
+	st := Status{ID: SweepID(relay), State: StateDone, Node: node, Finish: FinishConfigured,
+		Relays: []RelayResult{{Relay: relay, Finish: FinishConfigured}}, Updated: time.Now().UTC()}
+	switch _, err := kv.Create(ctx, st.ID, st.encode()); {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("jobs: claim %s: %w", relay, err)
+	}
+	return true, nil
+}

@@ -26,6 +26,10 @@ const (
 // FinishInvalid is the finish of a job refused by Decode or Validate.
 const FinishInvalid = "invalid"
 
+// FinishConfigured is the finish of a sweep job's record that a node
+// claimed for a relay of its own configuration (see Claim).
+const FinishConfigured = "configured"
+
 // Sentinels of the client helpers.
 var (
 	ErrJobNotFound = errors.New("job not found")

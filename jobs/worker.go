@@ -283,7 +283,7 @@ func (w *Worker) refuse(ctx context.Context, msg jetstream.Msg, j *Job, seq uint
 }
 
 func (w *Worker) shouldSplit(j *Job) bool {
-	if j.Mode != ModeBackfill || j.Parent != "" || len(j.Relays) != 1 || w.opts.SplitThreshold < 0 {
+	if j.Mode != ModeBackfill || j.Parent != "" || j.Found != nil || len(j.Relays) != 1 || w.opts.SplitThreshold < 0 {
 		return false
 	}
 	since, until := j.crawlRange()

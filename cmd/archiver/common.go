@@ -50,11 +50,15 @@ func (c *common) register(fs *flag.FlagSet) {
 
 // profile starts the CPU profile asked for, if any; the returned func
 // stops it.
-func (c *common) profile() (func(), error) {
-	if c.cpuProfile == "" {
+func (c *common) profile() (func(), error) { return startCPUProfile(c.cpuProfile) }
+
+// startCPUProfile writes a CPU profile to path ("": none) until the
+// returned func is called.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(c.cpuProfile)
+	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}

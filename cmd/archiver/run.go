@@ -27,6 +27,7 @@ func runDaemon(args []string) int {
 		format = fs.String("log-format", "auto", logFormatHelp)
 		o      config.Overrides
 		relays multiFlag
+		cpu    = fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file (until it stops)")
 	)
 	fs.StringVar(&o.DataDir, "data", "", "archive directory (overrides data_dir)")
 	fs.StringVar(&o.Listen, "listen", "", "address of /metrics, /healthz and /status (overrides listen)")
@@ -56,6 +57,11 @@ func runDaemon(args []string) int {
 	}
 	defer log.Sync() //nolint:errcheck // stderr cannot be synced
 
+	stopProfile, err := startCPUProfile(*cpu)
+	if err != nil {
+		return fail("run", err)
+	}
+	defer stopProfile()
 	d, err := daemon.New(daemon.Options{Config: cfg, Reload: load, Logger: log})
 	if err != nil {
 		return fail("run", fmt.Errorf("cannot start: %w", err))

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net"
@@ -48,6 +49,9 @@ type options struct {
 	maxDials, rate int
 	timeout        time.Duration
 	legacy         bool // an archiver before the scheduler: no dial limits in its configuration
+	// logFile and cpuProfile, when set, get the daemon's log and CPU
+	// profile of each run (suffixed with its relay count).
+	logFile, logLevel, cpuProfile string
 }
 
 func main() {
@@ -60,6 +64,9 @@ func main() {
 	flag.IntVar(&o.maxDials, "max-dials", 256, "limits.max_dials")
 	flag.IntVar(&o.rate, "dials-per-second", 500, "limits.dials_per_second")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up a run after this long")
+	flag.StringVar(&o.logFile, "log", "", "copy the daemon's log (at -log-level) to this file")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "the daemon's log_level")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "the daemon's CPU profile (archiver run --cpuprofile)")
 	flag.BoolVar(&o.legacy, "legacy", false, "the archiver predates limits.max_dials (compare before and after)")
 	flag.Parse()
 	pool, err := signPool(o.pool)
@@ -142,7 +149,7 @@ func bench(o options, n int, pool []testrelay.Item) error {
 		return err
 	}
 	var conf strings.Builder
-	fmt.Fprintf(&conf, "data_dir = %q\nlisten = %q\nlog_level = \"warn\"\n[limits]\nmin_free_disk_bytes = 0\n", filepath.Join(dir, "data"), addr)
+	fmt.Fprintf(&conf, "data_dir = %q\nlisten = %q\nlog_level = %q\n[limits]\nmin_free_disk_bytes = 0\n", filepath.Join(dir, "data"), addr, o.logLevel)
 	if !o.legacy {
 		fmt.Fprintf(&conf, "max_dials = %d\ndials_per_second = %d\n", o.maxDials, o.rate)
 	}
@@ -153,9 +160,21 @@ func bench(o options, n int, pool []testrelay.Item) error {
 	if err := os.WriteFile(confPath, []byte(conf.String()), 0o600); err != nil {
 		return err
 	}
-	cmd := exec.Command(o.archiver, "run", "--config", confPath)
+	args := []string{"run", "--config", confPath, "--log-format", "json"}
+	if o.cpuProfile != "" {
+		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", o.cpuProfile, n))
+	}
+	cmd := exec.Command(o.archiver, args...)
 	logLines := &lineCounter{}
 	cmd.Stderr = logLines
+	if o.logFile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.logFile, n))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd.Stderr = io.MultiWriter(logLines, f)
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return err
