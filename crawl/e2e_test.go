@@ -472,3 +472,30 @@ func TestUnreachableRelay(t *testing.T) {
 		t.Fatalf("%d connections accepted, want 1 NIP-11 request + MaxAttempts = 3 dials", n)
 	}
 }
+
+// A relay whose COUNT says it holds less than a page is planned as one
+// shard: one COUNT to plan, a few pages, one range to audit. Sixteen plan
+// COUNTs, Shards pages and Shards audit COUNTs for 20 events made a
+// relay's pass the sweep's bottleneck (docs/SCHEDULER.md).
+func TestSmallRelayOneShard(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 11, Events: 20, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{SupportCount: true}, f.Items)
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{}, relay.URL())
+	if !res[0].Drained() {
+		t.Fatalf("crawl: %v", res[0])
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+	rec := a.record(t)
+	if rec.PlannedBy != "count" || len(rec.Coverage) != 1 || rec.Coverage[0].Proof != crawl.ProofCount {
+		t.Errorf("planned by %q, coverage %+v: want one range proven by COUNT", rec.PlannedBy, rec.Coverage)
+	}
+	if rs := relay.Stats(); rs.COUNTs > 3 || rs.REQs > 6 { // before: 48 COUNTs, 34 pages
+		t.Errorf("%d COUNTs and %d REQs for %d events", rs.COUNTs, rs.REQs, len(f.Items))
+	}
+}

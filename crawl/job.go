@@ -100,8 +100,13 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 	start := time.Now()
 	var est shard.Estimator = shard.Uniform{}
 	r.rec.PlannedBy = "uniform"
-	if r.count && r.countDensity(ctx, since, until) {
+	n := r.c.opts.Shards
+	if total, ok := r.countDensity(ctx, since, until); r.count && ok {
 		est, r.rec.PlannedBy = r.density, "count"
+		// A shard per page's worth of events, up to Shards: a relay of
+		// 20 events is one page, not Shards REQs, COUNTs and coverage
+		// ranges (steals split a shard when connections sit idle).
+		n = int(min(int64(n), max(1, (total+int64(r.limit)-1)/int64(r.limit))))
 	} else if occ, ok := r.probeOccupancy(ctx, since, until); ok {
 		est, r.rec.PlannedBy = occ, "probe"
 		// What the probes proved empty is empty to the density too, which
@@ -112,7 +117,7 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 		}
 		r.log.Debug("probed", zap.Int("intervals", len(occ)), zap.Int64("occupied_seconds", occ.width()))
 	}
-	shards, err := shard.Plan(since, until, r.c.opts.Shards, est)
+	shards, err := shard.Plan(since, until, n, est)
 	if err != nil {
 		return nil, fmt.Errorf("plan %s of %s: %w", j.key, r.url, err)
 	}
@@ -136,20 +141,33 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 // countSlices is how many time slices (COUNT requests or probes) size a plan.
 const countSlices = 16
 
-// countDensity asks the relay's NIP-45 COUNT for equal time slices of
-// [since, until] and feeds the answers to the density estimate. It
-// reports whether every slice was answered and something was counted.
-func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) bool {
-	var total int64
+// countDensity asks the relay's NIP-45 COUNT for [since, until] and, if
+// it holds more than a page, for equal time slices of it, and feeds the
+// answers to the density estimate. It returns the total and whether every
+// COUNT was answered and something was counted.
+func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) (int64, bool) {
+	if !r.count {
+		return 0, false
+	}
+	total, ok := r.countEvents(ctx, since, until)
+	if !ok || total == 0 {
+		return 0, false
+	}
+	if total <= int64(r.limit) {
+		// One page holds it all: slices would only cost round trips.
+		r.density.ObserveCount(since, until, total)
+		return total, true
+	}
+	total = 0
 	for _, sl := range timeSlices(since, until, countSlices) {
 		n, ok := r.countEvents(ctx, sl[0], sl[1])
 		if !ok {
-			return false
+			return 0, false
 		}
 		r.density.ObserveCount(sl[0], sl[1], n)
 		total += n
 	}
-	return total > 0
+	return total, total > 0
 }
 
 // timeSlices splits [since, until] into at most n equal slices (fewer if

@@ -162,3 +162,32 @@ func TestCountServed(t *testing.T) {
 	}
 	count("empty T values")
 }
+
+// Over more events than one sorted run of lookups, every later copy is
+// still found once (runs are flushed, not dropped or counted twice).
+func TestCountServedAcrossRuns(t *testing.T) {
+	s := openTest(t)
+	a, _ := s.RelayIndex("wss://a")
+	b, _ := s.RelayIndex("wss://b")
+	n := 2*servedRun + 123
+	var ba, bb Batch
+	ba.Relay, bb.Relay = a, b
+	for i := 0; i < n; i++ {
+		ev := id(i)
+		raw := []byte(fmt.Sprintf(`{"id":"%s","created_at":%d,"kind":1}`, hex.EncodeToString(ev[:]), 1000+i))
+		ba.Events = append(ba.Events, Copy{ID: ev, Raw: raw})
+		if i%3 == 0 {
+			bb.Events = append(bb.Events, Copy{ID: ev, Raw: raw})
+		}
+	}
+	mustIngest(t, s, &ba)
+	mustIngest(t, s, &bb)
+	for _, c := range []struct {
+		relay uint32
+		want  int64
+	}{{a, int64(n)}, {b, int64((n + 2) / 3)}} {
+		if got, err := s.CountServed(c.relay, 0, ^uint64(0), nil); err != nil || got != c.want {
+			t.Errorf("relay %d: %d, %v; want %d", c.relay, got, err, c.want)
+		}
+	}
+}
