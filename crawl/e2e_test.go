@@ -499,3 +499,27 @@ func TestSmallRelayOneShard(t *testing.T) {
 		t.Errorf("%d COUNTs and %d REQs for %d events", rs.COUNTs, rs.REQs, len(f.Items))
 	}
 }
+
+// The NIP-11 request goes through Options.Dialer too: a dialer that
+// guards against private addresses sees every connection of a crawl.
+func TestDialerCarriesNIP11(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 11, Events: 20, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{SupportCount: true}, f.Items)
+	var dials atomic.Int64
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+	a := openArchive(t)
+	if res := a.crawl(t, crawl.Options{Dialer: dial}, relay.URL()); !res[0].Drained() {
+		t.Fatalf("crawl: %v", res[0])
+	}
+	if got, ws := dials.Load(), relay.Stats().Conns; got != ws+1 {
+		t.Errorf("%d dials through the dialer, %d WebSocket connections: want the NIP-11 request's too", got, ws)
+	}
+}

@@ -41,16 +41,7 @@ func (d *Daemon) runJobs(ctx context.Context) {
 			w, err = jobs.New(jobs.WorkerOptions{
 				JS: js, Subjects: subj, Store: d.store, NodeID: node,
 				MaxConcurrent: cfg.MaxConcurrentJobs, AllowPrivate: cfg.AllowPrivateTargets, Logger: log,
-				CrawlOptions: func(*jobs.Job) crawl.Options {
-					o := d.crawlOptions()
-					if !cfg.AllowPrivateTargets {
-						// Checked again at each dial: a name that resolved to
-						// a public address when the job was accepted may not
-						// any more.
-						o.Dialer = publicOnly
-					}
-					return o
-				},
+				CrawlOptions: func(*jobs.Job) crawl.Options { return d.jobCrawlOptions() },
 			})
 		}
 		if err == nil {
@@ -73,6 +64,18 @@ func (d *Daemon) runJobs(ctx context.Context) {
 			log.Error("job worker stopped; retrying", zap.Error(err))
 		}
 	}
+}
+
+// jobCrawlOptions are the crawl options of a job: the daemon's, and,
+// unless private targets are allowed, a dialer that checks again at each
+// dial (a name that resolved to a public address when the job was
+// accepted may not any more).
+func (d *Daemon) jobCrawlOptions() crawl.Options {
+	o := d.crawlOptions()
+	if !d.cfg.NATS.AllowPrivateTargets {
+		o.Dialer = publicOnly
+	}
+	return o
 }
 
 // crawlOptions are the daemon's crawl limits, for configured relays and

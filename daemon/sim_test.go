@@ -362,4 +362,20 @@ func TestDiscoveredDialRefusesPrivateAddress(t *testing.T) {
 	if dead.Dials() != 0 {
 		t.Errorf("the private address was connected to %d times", dead.Dials())
 	}
+	// A job's crawl checks at each dial too, unless private targets are
+	// allowed.
+	d.cfg.NATS = &config.NATS{}
+	if o := d.jobCrawlOptions(); o.Dialer == nil {
+		t.Error("a job's crawl dials without the private-address guard")
+	} else if c, err := o.Dialer(context.Background(), "tcp", strings.TrimPrefix(dead.URL(), "ws://")); err == nil {
+		c.Close()
+		t.Error("a job's crawl connected to a private address")
+	}
+	d.cfg.NATS.AllowPrivateTargets = true
+	if o := d.jobCrawlOptions(); o.Dialer != nil {
+		t.Error("allow_private_targets, and still a guard")
+	}
+	if dead.Dials() != 0 {
+		t.Errorf("the private address was connected to %d times", dead.Dials())
+	}
 }
