@@ -331,11 +331,17 @@ func (d *Daemon) Reload() error {
 	if limitsChanged {
 		d.log.Warn("reload: limits, data_dir and listen take effect on restart only")
 	}
+	var added []string
+	for _, r := range cfg.Relays {
+		if _, ok := d.relays[r.URL]; !ok {
+			added = append(added, r.URL)
+		}
+	}
 	if d.runCtx != nil && d.runCtx.Err() == nil { // no new relay once stopping
 		d.startRelaysLocked(cfg)
 	}
 	if d.sweep != nil {
-		d.sweep.claim(relayURLs(cfg)) // the claims of relays claimed before are no-ops
+		d.sweep.claim(added)
 	}
 	d.log.Info("configuration reloaded", zap.Int("relays", len(d.relays)))
 	return nil
