@@ -88,6 +88,8 @@ func TestCompleteness(t *testing.T) {
 			relay: with(clamped, func(o *testrelay.Options) { o.TiesDescending, o.SupportCount = true, true }), finish: crawl.FinishDrained},
 		{name: "CLOSED mid-page", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
 			relay: testrelay.Options{MaxLimit: 200, ClosedEvery: 3, SupportCount: true}, finish: crawl.FinishDrained},
+		{name: "failed queries: NOTICE, then EOSE", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+			relay: testrelay.Options{MaxLimit: 200, FailQueryEvery: 7, Latency: 5 * time.Millisecond, PageWorkers: 4}, finish: crawl.FinishDrained},
 		// A relay that answers broad filters with nothing looks empty;
 		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
 		{name: "broad filters answered with nothing", fixture: testrelay.FixtureOptions{Seed: 16, Events: 300},

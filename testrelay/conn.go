@@ -246,8 +246,14 @@ func (c *conn) serve(j job) error {
 	sent := 0
 	defer func() { c.r.st.events.Add(int64(sent)) }()
 	closeAt := -1
-	if n := c.r.closedSeq.Add(1); o.ClosedEvery > 0 && n%int64(o.ClosedEvery) == 0 {
+	n := c.r.closedSeq.Add(1)
+	if o.ClosedEvery > 0 && n%int64(o.ClosedEvery) == 0 {
 		closeAt = len(pos) / 2
+	}
+	if o.FailQueryEvery > 0 && n%int64(o.FailQueryEvery) == 0 {
+		pos = pos[:0] // the query failed: the NOTICE goes out first, then EOSE
+		notice, _ := json.Marshal([]string{"NOTICE", "error: failed to query"})
+		buf = appendFrame(buf, notice)
 	}
 	for i, p := range pos {
 		if i == closeAt {

@@ -96,4 +96,15 @@ func TestLyingPages(t *testing.T) {
 			t.Fatalf("second page: %d events, %s", len(p.Events), p.End.Raw)
 		}
 	})
+	t.Run("failed query", func(t *testing.T) {
+		r := newRelay(t, Options{FailQueryEvery: 1}, items...)
+		c := dial(t, r.URL())
+		c.Send("REQ", "f", map[string]any{"limit": 10})
+		if m := c.NextMsg(); m.Label != "NOTICE" || m.Str(0) != "error: failed to query" {
+			t.Fatalf("first frame %s, want the NOTICE", m.Raw)
+		}
+		if m := c.NextMsg(); m.Label != "EOSE" || m.Str(0) != "f" {
+			t.Fatalf("then %s, want EOSE", m.Raw)
+		}
+	})
 }

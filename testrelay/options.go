@@ -172,6 +172,12 @@ type Options struct {
 	// respond fast enough"], as Ditto does when its query times out. 0:
 	// never.
 	ClosedEvery int
+	// FailQueryEvery answers every Nth REQ page (counted over the relay)
+	// with ["NOTICE","error: failed to query"] and then EOSE, no event: a
+	// khatru relay whose QueryEvents function fails writes the error as a
+	// NOTICE (naming no subscription) and still sends EOSE (responding.go
+	// handleRequest). 0: never.
+	FailQueryEvery int
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool
@@ -275,8 +281,8 @@ func (o Options) Validate() error {
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:
 		return bad("OmitEvery %d < 0", o.OmitEvery)
-	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0:
-		return bad("SplitStores, BrokenEvery and ClosedEvery must not be negative")
+	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0:
+		return bad("SplitStores, BrokenEvery, ClosedEvery and FailQueryEvery must not be negative")
 	}
 	return nil
 }
