@@ -36,6 +36,14 @@ func (r *relayCrawl) lie(kind, text string) {
 	r.log.Warn("the relay's pages are not what NIP-01 promises; paging proves none of its ranges", zap.String("kind", kind), zap.String("how", text))
 }
 
+// caught reports whether the relay was caught lying in this way.
+func (r *relayCrawl) caught(kind string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.rec.Lies[kind]
+	return ok
+}
+
 // lies is the relay's recorded lies in one line ("" for none).
 func (r *relayCrawl) lies() string {
 	r.mu.Lock()
@@ -78,11 +86,9 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 		top = r.c.opts.Now().Unix()
 	}
 	shifts := emptyProbeShifts
-	r.mu.Lock()
-	if _, ok := r.rec.Lies[lieEmptyEarly]; ok {
+	if r.caught(lieEmptyEarly) {
 		shifts = emptyProbeShiftsCaught
 	}
-	r.mu.Unlock()
 	d := top - since
 	for _, shift := range shifts {
 		u := top - max(1, d>>shift)

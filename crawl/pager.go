@@ -302,8 +302,14 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		return s, nil, nil
 	case n == 0:
 		cursor = s.Since - 1 // a page with nothing in range is the end
-		if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
-			cursor = u // unless narrower windows show the relay cut its scan short
+		// Unless narrower windows show the relay cut its scan short.
+		// Checked where pages of the shard found events (a scan that
+		// stopped early stopped under them) or the relay was caught:
+		// most shards of a sparse relay are empty from their top.
+		if s.Cursor != s.Until || r.caught(lieEmptyEarly) {
+			if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
+				cursor = u
+			}
 		}
 	case oldest < s.Cursor:
 		// Next page repeats the oldest second (inclusive until): the
