@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nostr-archiver/archiver/event"
@@ -22,7 +23,7 @@ import (
 var (
 	// pageKeys bounds the index entries a query holds ahead, shared by
 	// its filters.
-	pageKeys = 1024
+	pageKeys = 4096
 	// pageBytes bounds the event bytes a query holds ahead, shared by its
 	// filters: a body past a page's share is read alone when its turn
 	// comes, as before pages.
@@ -48,6 +49,21 @@ type page struct {
 	pos   int
 	order []int // ents by id, for the lookups
 	arena []byte
+}
+
+// pages keeps pages for the next queries: a REQ's page is as long as its
+// limit, and growing its buffers anew for each one cost a fifth of the
+// CPU of a 500-event REQ.
+var pages = sync.Pool{New: func() any { return new(page) }}
+
+func getPage() *page { return pages.Get().(*page) }
+
+func putPage(p *page) {
+	if p == nil {
+		return
+	}
+	p.ents, p.order, p.arena, p.pos = p.ents[:0], p.order[:0], p.arena[:0], 0
+	pages.Put(p)
 }
 
 // readers are the query's iterators over the verdicts and the bodies, on

@@ -329,7 +329,7 @@ type matchStream struct {
 	// maxKeys and maxBytes are this stream's share of the read-ahead;
 	// pages counts the pages read.
 	maxKeys, maxBytes, pages int
-	pg                       page
+	pg                       *page
 	cur                      []byte
 	ev                       *event.Event
 	raw                      []byte
@@ -340,7 +340,7 @@ func (m *matchStream) head() []byte { return m.cur }
 func (m *matchStream) next() error {
 	m.cur, m.ev, m.raw = nil, nil, nil
 	for m.left != 0 {
-		if m.pg.pos == len(m.pg.ents) {
+		if m.pg == nil || m.pg.pos == len(m.pg.ents) {
 			if err := m.fill(); err != nil {
 				return err
 			}
@@ -377,6 +377,9 @@ func (m *matchStream) fill() error {
 		n = min(n, want)
 	}
 	m.pages++
+	if m.pg == nil {
+		m.pg = getPage()
+	}
 	m.pg.ents, m.pg.pos = m.pg.ents[:0], 0
 	for k := m.in.head(); k != nil && len(m.pg.ents) < n; k = m.in.head() {
 		m.pg.ents = append(m.pg.ents, pageEntry{key: [indexSuffixLen]byte(k)})
@@ -387,7 +390,7 @@ func (m *matchStream) fill() error {
 	if len(m.pg.ents) == 0 {
 		return nil
 	}
-	return m.q.loadPage(&m.pg, m.keysOnly, m.maxBytes)
+	return m.q.loadPage(m.pg, m.keysOnly, m.maxBytes)
 }
 
 // take makes the loaded candidate en current if it is valid and matches.
@@ -429,7 +432,11 @@ func (m *matchStream) take(en *pageEntry) (bool, error) {
 	return true, nil
 }
 
-func (m *matchStream) close() { m.in.close() }
+func (m *matchStream) close() {
+	m.in.close()
+	putPage(m.pg)
+	m.pg = nil
+}
 
 // mergeStream merges streams in order, passing each suffix once.
 type mergeStream struct{ h streamHeap }
