@@ -35,8 +35,10 @@ func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) er
 // QueryIDs is Query for the created_at and id of each match only (a
 // NIP-77 set), in the same order. A filter that the index it reads
 // answers exactly (since/until with at most one of ids, authors, kinds,
-// authors and kinds, or one tag letter) is answered from index keys alone,
-// without reading an event: the indexes list valid events only.
+// authors and kinds, or one tag letter) is answered from index keys and
+// verdicts, without reading an event. The verdict is still read: a damaged
+// primary replaced by a fresh copy keeps its index entries while the copy
+// waits for a verdict, and Query does not return it.
 func (s *Store) QueryIDs(fs []filter.Filter, fn func(createdAt int64, id [32]byte) error) error {
 	return s.query(&query{s: s, idsOnly: true}, fs, func(m *matchStream) error {
 		return fn(int64(^binary.BigEndian.Uint64(m.cur)), [32]byte(m.cur[8:]))
@@ -323,8 +325,8 @@ type matchStream struct {
 	in   keyStream
 	f    *filter.Filter
 	left int // negative: no limit
-	// keysOnly: every key of in matches f, so no event is read (QueryIDs);
-	// only the verdicts are.
+	// keysOnly: every key of in matches f, so no event is read (QueryIDs),
+	// only the verdicts (see QueryIDs).
 	keysOnly bool
 	// maxKeys and maxBytes are this stream's share of the read-ahead;
 	// pages counts the pages read.
