@@ -1,6 +1,7 @@
 package rawstore_test
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,14 @@ func TestRepairedPrimaryWaitsForVerdict(t *testing.T) {
 	if err != nil || len(rep.DamagedIDs) == 0 {
 		t.Fatalf("check: %d damaged ids, %v; want some", len(rep.DamagedIDs), err)
 	}
+	// Before the repair: the damaged bodies are skipped and reported.
+	all, _ := filter.Parse([]byte(`{}`))
+	got := 0
+	err = s.Query(all, func(*event.Event, []byte) error { got++; return nil })
+	if de := (*rawstore.DamageError)(nil); !errors.As(err, &de) || got != n-len(rep.DamagedIDs) {
+		t.Fatalf("query over damaged bodies: %d events, %v; want %d and a DamageError", got, err, n-len(rep.DamagedIDs))
+	}
+
 	index := map[[32]byte]int{}
 	for i := range n {
 		id, _ := storetest.Event(i)
@@ -74,9 +83,8 @@ func TestRepairedPrimaryWaitsForVerdict(t *testing.T) {
 	}
 
 	storetest.DrainQueue(t, s)
-	fs, _ := filter.Parse([]byte(`{}`))
 	var listed int
-	if err := s.QueryIDs(fs, func(int64, [32]byte) error { listed++; return nil }); err != nil || listed != n {
+	if err := s.QueryIDs(all, func(int64, [32]byte) error { listed++; return nil }); err != nil || listed != n {
 		t.Errorf("after the verdicts: QueryIDs listed %d, %v; want all %d", listed, err, n)
 	}
 }
