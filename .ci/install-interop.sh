@@ -68,8 +68,22 @@ if [ "${FORCE:-}" != 1 ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "
 	exit 0
 fi
 
+# A fresh clone on a machine that built these modules before (CI clones
+# main anew each run) reuses that build instead of compiling it again.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/archiver-interop/relay-$(printf '%s' "$stamp" | cksum | cut -d' ' -f1).tar"
+if [ "${FORCE:-}" != 1 ] && [ -f "$cache" ]; then
+	rm -rf "$dir/node_modules"
+	if tar -xf "$cache" -C "$dir" && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] && loads; then
+		say "node_modules restored from $cache"
+		exit 0
+	fi
+	say "the cached build in $cache does not load; installing"
+fi
+
 say "npm ci in $dir (compiles better-sqlite3: a few minutes)"
 (cd "$dir" && npm ci --no-audit --no-fund)
 loads || die "better-sqlite3 does not load after npm ci (were install scripts skipped?)"
 printf '%s\n' "$stamp" >"$stamp_file"
+mkdir -p "$(dirname "$cache")" && tar -cf "$cache.tmp" -C "$dir" node_modules && mv "$cache.tmp" "$cache" ||
+	say "could not keep the build in $cache (not needed)"
 say "done"

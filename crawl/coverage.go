@@ -178,6 +178,9 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		default:
 			r.checkRange(ctx, &c, g.since, g.until, g.malformed)
 		}
+		if lies := r.lies(); c.Proof == ProofPaged && lies != "" {
+			c.Proof, c.Why = ProofUnproven, "paged, but the relay "+lies+"; and "+c.Why
+		}
 		out = append(out, c)
 	}
 	if r.broadFilter() && servedNothing(out) && !r.servesBroad(ctx) {
@@ -293,6 +296,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 		failures, slowdowns = 0, 0
 		n, frames, oldest := 0, 0, cursor
 		distinct := map[[32]byte]bool{}
+		var ats []int64
 		for _, it := range page.Items {
 			if it.CreatedAt < since || it.CreatedAt > cursor {
 				continue
@@ -302,7 +306,11 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 				distinct[it.ID] = true
 				n++
 				oldest = min(oldest, it.CreatedAt)
+				ats = append(ats, it.CreatedAt)
 			}
+		}
+		if n > r.limit {
+			oldest = r.overLimitCursor(ats, r.limit)
 		}
 		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: r.malformed(pc, page)}); err != nil {
 			return fmt.Errorf("store: %w", err)

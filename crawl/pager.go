@@ -237,6 +237,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	// makes frames outnumber events, and a page size learned from frames
 	// would make a cut page look short.
 	distinct := make(map[[32]byte]struct{}, len(page.Items))
+	ats := make([]int64, 0, len(page.Items)) // in range, one per distinct id
 	for _, it := range page.Items {
 		switch {
 		case it.CreatedAt > s.Cursor:
@@ -255,15 +256,21 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			distinct[it.ID] = struct{}{}
 			n++
 			oldest = min(oldest, it.CreatedAt)
+			ats = append(ats, it.CreatedAt)
 		}
+	}
+	if n > r.limit {
+		oldest = r.overLimitCursor(ats, r.limit)
 	}
 	malformed := r.malformed(pc, page)
 	full := r.full(n, frames)
 	top := r.densityTop(s.Cursor, oldest)
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
-	if page.End == relayconn.EndEOSE && n > r.rec.EffectiveLimit {
-		r.rec.EffectiveLimit = n
+	// More than the limit asked is no page size: the relay's stores each
+	// applied it (overLimitCursor).
+	if page.End == relayconn.EndEOSE && min(n, r.limit) > r.rec.EffectiveLimit {
+		r.rec.EffectiveLimit = min(n, r.limit)
 	}
 	r.ctrl.PageDone(r.c.opts.Now(), len(page.Items), page.Bytes, page.Latency)
 	switch {
@@ -295,6 +302,15 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		return s, nil, nil
 	case n == 0:
 		cursor = s.Since - 1 // a page with nothing in range is the end
+		// Unless narrower windows show the relay cut its scan short.
+		// Checked where pages of the shard found events (a scan that
+		// stopped early stopped under them) or the relay was caught:
+		// most shards of a sparse relay are empty from their top.
+		if s.Cursor != s.Until || r.caught(lieEmptyEarly) {
+			if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
+				cursor = u
+			}
+		}
 	case oldest < s.Cursor:
 		// Next page repeats the oldest second (inclusive until): the
 		// relay may have cut the page inside it. Ids dedup the overlap.

@@ -39,6 +39,11 @@ type RelayRecord struct {
 	// Bounds is how the relay reads since and until when not as NIP-01
 	// says (both inclusive): the crawl asks it one second wider.
 	Bounds string `json:"bounds,omitempty"`
+	// Lies are the ways the relay was caught serving pages that are not
+	// a range's newest events (by kind: over-limit, empty-early). Paging
+	// proves no range of such a relay: only COUNT or NIP-77 can. Kept
+	// across runs: a relay shown to lie stays untrusted.
+	Lies map[string]string `json:"lies,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.

@@ -27,3 +27,11 @@ func SetIndexBuildBatch(n int) func() {
 	indexBuildBatch = n
 	return func() { indexBuildBatch = old }
 }
+
+// SetPageLimits sets pageKeys and pageBytes, returning a func restoring
+// them.
+func SetPageLimits(keys, bytes int) func() {
+	oldKeys, oldBytes := pageKeys, pageBytes
+	pageKeys, pageBytes = keys, bytes
+	return func() { pageKeys, pageBytes = oldKeys, oldBytes }
+}

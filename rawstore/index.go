@@ -17,10 +17,13 @@ import (
 // value, then ^created_at and the id: a forward scan of one value's range
 // is newest first, ties by id ascending (the order NIP-01 asks for).
 // They are written in the batch that records an event's valid verdict, so
-// they cover exactly the valid verdicts. A valid verdict is never taken
-// back (only ResetVerdicts forgets verdicts, and it drops the indexes),
-// and every valid copy of an id carries the same indexed fields (they are
-// hashed into the id), so the entries are only ever added.
+// they cover the valid verdicts, and every valid copy of an id carries the
+// same indexed fields (they are hashed into the id), so the entries are
+// only ever added. ResetVerdicts forgets every verdict and drops the
+// indexes. One verdict is taken back alone: a damaged primary replaced by
+// a fresh copy (Ingest) loses its verdict while its entries remain (its
+// body cannot be read to find them), so a reader of the indexes checks
+// the verdict (Query, QueryIDs).
 const prefixIndex = 'I'
 
 const (

@@ -35,8 +35,10 @@ func (s *Store) Query(fs []filter.Filter, fn func(e *event.Event, raw []byte) er
 // QueryIDs is Query for the created_at and id of each match only (a
 // NIP-77 set), in the same order. A filter that the index it reads
 // answers exactly (since/until with at most one of ids, authors, kinds,
-// authors and kinds, or one tag letter) is answered from index keys alone,
-// without reading an event: the indexes list valid events only.
+// authors and kinds, or one tag letter) is answered from index keys and
+// verdicts, without reading an event. The verdict is still read: a damaged
+// primary replaced by a fresh copy keeps its index entries while the copy
+// waits for a verdict, and Query does not return it.
 func (s *Store) QueryIDs(fs []filter.Filter, fn func(createdAt int64, id [32]byte) error) error {
 	return s.query(&query{s: s, idsOnly: true}, fs, func(m *matchStream) error {
 		return fn(int64(^binary.BigEndian.Uint64(m.cur)), [32]byte(m.cur[8:]))
@@ -73,7 +75,17 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(m *matchStream) erro
 		for _, st := range streams {
 			st.close()
 		}
+		if q.rd != nil {
+			q.rd.close()
+		}
 	}()
+	// The filters share the read-ahead (see page).
+	n := 0
+	for i := range fs {
+		if !fs[i].Empty() {
+			n++
+		}
+	}
 	for i := range fs {
 		if fs[i].Empty() {
 			continue
@@ -82,7 +94,8 @@ func (s *Store) query(q *query, fs []filter.Filter, fn func(m *matchStream) erro
 		if err != nil {
 			return err
 		}
-		m := &matchStream{q: q, in: in, f: &fs[i], left: fs[i].Limit, keysOnly: q.idsOnly && exact}
+		m := &matchStream{q: q, in: in, f: &fs[i], left: fs[i].Limit, keysOnly: q.idsOnly && exact,
+			maxKeys: max(1, pageKeys/n), maxBytes: pageBytes / n}
 		streams = append(streams, m)
 		if err := m.next(); err != nil {
 			return err
@@ -108,6 +121,7 @@ type query struct {
 	idsOnly bool                  // see QueryIDs
 	skip    map[[32]byte]struct{} // see QueryExcept
 	damage  damageLog
+	rd      *readers // opened by the first page
 }
 
 // bad records a damaged record and reports whether err was one (skip it).
@@ -248,22 +262,16 @@ func (q *query) load(id []byte) (*event.Event, []byte, error) {
 			_, raw, err = decodeEvent(ek, ev)
 		}
 	}
-	var e *event.Event
-	if err == nil {
-		if e, err = event.Parse(raw); err == nil && e.ID != key {
-			err = errors.New("id differs")
-		}
-		if err != nil {
-			err = corrupt(ek, fmt.Errorf("valid event does not parse: %v", err))
-		}
-	}
 	if err != nil {
 		if q.bad(err) {
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("rawstore: query: read event %x: %w", id[:8], err)
 	}
-	return e, raw, nil
+	if e := q.parse(ek, raw); e != nil {
+		return e, raw, nil
+	}
+	return nil, nil, nil
 }
 
 // keyStream yields index suffixes (^created_at|id) in ascending order.
@@ -310,28 +318,41 @@ func (l *listStream) next() error { l.keys = l.keys[1:]; return nil }
 func (l *listStream) close()      {}
 
 // matchStream passes on the events of its input that are valid and match
-// f, up to f's limit, holding the current one.
+// f, up to f's limit, holding the current one. It reads its input a page
+// at a time (see page).
 type matchStream struct {
 	q    *query
 	in   keyStream
 	f    *filter.Filter
 	left int // negative: no limit
-	// keysOnly: every key of in matches f, so no event is read (QueryIDs).
+	// keysOnly: every key of in matches f, so no event is read (QueryIDs),
+	// only the verdicts (see QueryIDs).
 	keysOnly bool
-	cur      []byte
-	ev       *event.Event
-	raw      []byte
+	// maxKeys and maxBytes are this stream's share of the read-ahead;
+	// pages counts the pages read.
+	maxKeys, maxBytes, pages int
+	pg                       *page
+	cur                      []byte
+	ev                       *event.Event
+	raw                      []byte
 }
 
 func (m *matchStream) head() []byte { return m.cur }
 
 func (m *matchStream) next() error {
 	m.cur, m.ev, m.raw = nil, nil, nil
-	if m.left == 0 {
-		return nil
-	}
-	for k := m.in.head(); k != nil; k = m.in.head() {
-		ok, err := m.take(k)
+	for m.left != 0 {
+		if m.pg == nil || m.pg.pos == len(m.pg.ents) {
+			if err := m.fill(); err != nil {
+				return err
+			}
+			if len(m.pg.ents) == 0 {
+				return nil
+			}
+		}
+		en := &m.pg.ents[m.pg.pos]
+		m.pg.pos++
+		ok, err := m.take(en)
 		if err != nil {
 			return err
 		}
@@ -339,24 +360,67 @@ func (m *matchStream) next() error {
 			if m.left > 0 {
 				m.left--
 			}
-			return m.in.next()
-		}
-		if err := m.in.next(); err != nil {
-			return err
+			return nil
 		}
 	}
 	return nil
 }
 
-// take makes the candidate k current if it is valid and matches.
-func (m *matchStream) take(k []byte) (bool, error) {
-	if m.keysOnly {
+// fill reads the next page of candidates. Under a limit the first page is
+// as long as the limit (all of it when every candidate matches), and each
+// further one twice the last, up to the stream's share.
+func (m *matchStream) fill() error {
+	n := m.maxKeys
+	if m.left > 0 {
+		want := m.left
+		for i := 0; i < m.pages && want < n; i++ {
+			want *= 2
+		}
+		n = min(n, want)
+	}
+	m.pages++
+	if m.pg == nil {
+		m.pg = getPage()
+	}
+	m.pg.ents, m.pg.pos = m.pg.ents[:0], 0
+	for k := m.in.head(); k != nil && len(m.pg.ents) < n; k = m.in.head() {
+		m.pg.ents = append(m.pg.ents, pageEntry{key: [indexSuffixLen]byte(k)})
+		if err := m.in.next(); err != nil {
+			return err
+		}
+	}
+	if len(m.pg.ents) == 0 {
+		return nil
+	}
+	return m.q.loadPage(m.pg, m.keysOnly, m.maxBytes)
+}
+
+// take makes the loaded candidate en current if it is valid and matches.
+func (m *matchStream) take(en *pageEntry) (bool, error) {
+	k := en.key[:]
+	var e *event.Event
+	var raw []byte
+	switch {
+	case en.state == entrySkip:
+		return false, nil
+	case m.keysOnly:
 		m.cur = append(m.cur[:0], k...)
 		return true, nil
+	case en.state == entryLater:
+		var err error
+		if e, raw, err = m.q.load(k[8:]); err != nil || e == nil {
+			return false, err
+		}
+	default:
+		raw = m.pg.arena[en.off:en.end]
+		ek := [1 + idLen]byte{prefixEvent}
+		copy(ek[1:], k[8:])
+		if e = m.q.parse(ek[:], raw); e == nil {
+			return false, nil
+		}
 	}
-	e, raw, err := m.q.load(k[8:])
-	if err != nil || e == nil || !m.f.Match(e) {
-		return false, err
+	if !m.f.Match(e) {
+		return false, nil
 	}
 	if _, skip := m.q.skip[e.ID]; skip {
 		return false, nil
@@ -370,7 +434,11 @@ func (m *matchStream) take(k []byte) (bool, error) {
 	return true, nil
 }
 
-func (m *matchStream) close() { m.in.close() }
+func (m *matchStream) close() {
+	m.in.close()
+	putPage(m.pg)
+	m.pg = nil
+}
 
 // mergeStream merges streams in order, passing each suffix once.
 type mergeStream struct{ h streamHeap }

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +25,13 @@ import (
 // and the whole archive ("all", the set of a NEG-OPEN with {}).
 //
 //	go test -run '^$' -bench BenchmarkQuery -benchtime 200x ./rawstore/
+//
+// QUERY_BENCH_EVENTS=1000000 sets the number of events.
 func BenchmarkQuery(b *testing.B) {
-	const n = 100_000
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("QUERY_BENCH_EVENTS")); err == nil && v > 0 {
+		n = v
+	}
 	s, err := rawstore.Open(rawstore.Options{Dir: b.TempDir(), NoSync: true})
 	if err != nil {
 		b.Fatal(err)
@@ -86,7 +93,7 @@ func BenchmarkQuery(b *testing.B) {
 	tIdx, _ := db.EstimateDiskUsage([]byte{'T'}, []byte{'U'})
 	all, _ := db.EstimateDiskUsage([]byte{0}, []byte{0xff})
 	b.Logf("%d events: indexes %.1f B/event on disk (T id index %.1f, whole archive %.0f); verdicts (and index entries) of all applied in %v",
-		n, float64(idx)/n, float64(tIdx)/n, float64(all)/n, scan.Round(time.Millisecond))
+		n, float64(idx)/float64(n), float64(tIdx)/float64(n), float64(all)/float64(n), scan.Round(time.Millisecond))
 
 	for _, c := range []struct{ name, filter string }{
 		{"all", `{}`},

@@ -366,6 +366,13 @@ func TestQueryIndexes(t *testing.T) {
 	c := newCorpus(t)
 	t.Run("BruteForce", c.testBruteForce)
 	t.Run("NeverInvalid", c.testNeverInvalid)
+	t.Run("SmallPages", func(t *testing.T) {
+		// Pages of 7 entries (shared by the filters of a set) and 1 KB of
+		// bodies: page edges everywhere, and bodies past the byte share
+		// read one by one.
+		defer rawstore.SetPageLimits(7, 1000)()
+		c.checkFilters(t, 4, 100)
+	})
 	t.Run("ResetAndBuild", c.testResetAndBuild)
 }
 

@@ -114,6 +114,9 @@ type sub struct {
 	last     atomic.Int64
 	finished chan struct{}
 	isCount  bool
+	// notice is a NOTICE that came while the sub had heard nothing and
+	// was pinned on a newer one: an empty EOSE then ends it as failed.
+	notice string
 }
 
 // DialOptions configure a connection.
@@ -590,6 +593,8 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		case s == nil:
 		case s.stream:
 			s.eose = true
+		case s.notice != "" && len(s.page.Items) == 0:
+			c.finishLocked(s, EndNotice, s.notice) // see the NOTICE case
 		default:
 			c.finishLocked(s, EndEOSE, "")
 		}
@@ -609,10 +614,18 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		// A NOTICE names no subscription. strfry refuses a REQ over its
 		// cap with only a NOTICE: pin it on the newest REQ that has heard
 		// nothing back; the idle timeout catches whatever this misses.
+		// The other silent REQs may be the one it meant: khatru writes a
+		// failed query's error as a NOTICE and then sends EOSE, and that
+		// empty EOSE must not read as an empty range.
+		pinned := false
 		for i := len(c.order) - 1; i >= 0; i-- {
 			if o := c.order[i]; o.frames == 0 {
-				c.finishLocked(o, EndNotice, m.Message)
-				break
+				if !pinned {
+					c.finishLocked(o, EndNotice, m.Message)
+					pinned = true
+				} else if o.notice == "" {
+					o.notice = m.Message
+				}
 			}
 		}
 	case m.Label == frame.Auth:

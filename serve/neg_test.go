@@ -241,3 +241,42 @@ func TestNegMessages(t *testing.T) {
 		t.Fatalf("REQ after NIP-77 errors: %d events then %s", len(p.IDs()), p.End.Raw)
 	}
 }
+
+// A damaged primary replaced by a fresh copy keeps its index entries
+// while the copy waits for a verdict: REQ does not serve it, so NEG must
+// not list it either, or a syncing client needs ids it can never fetch
+// (before: needed 3000, fetched 3000 minus the damaged).
+func TestNegListsOnlyServed(t *testing.T) {
+	const n = 3000
+	dir := t.TempDir()
+	storetest.FillWith(t, rawstore.Options{Dir: dir}, "wss://fill.example", n)
+	storetest.Garble(t, dir, ".blob", 4096)
+	s, err := rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rep, err := s.Check()
+	if err != nil || len(rep.DamagedIDs) == 0 {
+		t.Fatalf("check: %d damaged ids, %v; want some", len(rep.DamagedIDs), err)
+	}
+	index := map[[32]byte]int{}
+	for i := range n {
+		id, _ := storetest.Event(i)
+		index[id] = i
+	}
+	b := &rawstore.Batch{}
+	for _, id := range rep.DamagedIDs {
+		_, raw := storetest.Event(index[id])
+		b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: raw})
+	}
+	if res, err := s.Ingest(b); err != nil || res.Repaired != len(rep.DamagedIDs) {
+		t.Fatalf("re-ingest: %+v, %v; want %d repaired", res, err, len(rep.DamagedIDs))
+	}
+
+	srv := start(t, s, serve.Options{})
+	res := syncFrom(t, seed(t, nil, 0), srv.URL())
+	if want := n - len(rep.DamagedIDs); res.Outcome != crawl.SyncComplete || res.Needed != want || res.Fetched != want {
+		t.Fatalf("sync: %s (%s), needed %d, fetched %d; want complete, %d and %d", res.Outcome, res.Detail, res.Needed, res.Fetched, want, want)
+	}
+}

@@ -207,7 +207,22 @@ func (c *conn) serve(j job) error {
 			break
 		}
 		f := &j.filters[i]
-		pos = snap.match(pos, f, f.effectiveLimit(o), o.ExtraOutOfRange, o.IgnoreUntil)
+		start := len(pos)
+		lim := f.effectiveLimit(o)
+		if o.SplitStores > 1 {
+			// Every store applies the limit on its own.
+			pos = snap.match(pos, f, -1, o.ExtraOutOfRange, o.IgnoreUntil, o.TiesDescending)
+			pos = append(pos[:start], splitStores(pos[start:], snap, o.SplitStores, lim)...)
+		} else {
+			pos = snap.match(pos, f, lim, o.ExtraOutOfRange, o.IgnoreUntil, o.TiesDescending)
+		}
+		if o.BrokenEvery > 0 {
+			if f.ids != nil {
+				pos = slices.DeleteFunc(pos, func(p int32) bool { return o.Broken(snap.items[p].ID) })
+			} else {
+				pos = append(pos[:start], cutAtBroken(pos[start:], snap, o)...)
+			}
+		}
 	}
 	if len(j.filters) > 1 { // union of the filters, each item once
 		slices.Sort(pos)
@@ -230,7 +245,20 @@ func (c *conn) serve(j job) error {
 	buf := c.buf[:0]
 	sent := 0
 	defer func() { c.r.st.events.Add(int64(sent)) }()
-	for _, p := range pos {
+	closeAt := -1
+	n := c.r.closedSeq.Add(1)
+	if o.ClosedEvery > 0 && n%int64(o.ClosedEvery) == 0 {
+		closeAt = len(pos) / 2
+	}
+	if o.FailQueryEvery > 0 && n%int64(o.FailQueryEvery) == 0 {
+		pos = pos[:0] // the query failed: the NOTICE goes out first, then EOSE
+		notice, _ := json.Marshal([]string{"NOTICE", "error: failed to query"})
+		buf = appendFrame(buf, notice)
+	}
+	for i, p := range pos {
+		if i == closeAt {
+			return c.closeMidPage(buf, j)
+		}
 		buf = appendEventFrame(buf, j.subJSON, &snap.items[p])
 		sent++
 		c.sent++
@@ -259,6 +287,15 @@ func (c *conn) serve(j job) error {
 		return err
 	}
 	return nil
+}
+
+// closeMidPage ends a page cut by ClosedEvery: what buf holds, then
+// CLOSED with Ditto's reason for a query that timed out.
+func (c *conn) closeMidPage(buf []byte, j job) error {
+	msg, _ := json.Marshal([]any{"CLOSED", json.RawMessage(j.subJSON), "error: the relay could not respond fast enough"})
+	buf = appendFrame(buf, msg)
+	j.sub.cancelled.Store(true)
+	return c.write(buf)
 }
 
 // pageReady returns when the page of a REQ that arrived at arrived is

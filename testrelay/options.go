@@ -144,6 +144,40 @@ type Options struct {
 	// and no events, as nostr-rs-relay does with limit_scrapers on: an open
 	// range then looks like an empty relay.
 	RefuseBroad bool
+	// SplitStores answers each REQ from this many stores (an event's store
+	// is picked by its id), each applying the filter's limit on its own,
+	// their pages sent one after the other: khatru does so with several
+	// QueryEvents functions (responding.go handleRequest runs each and
+	// sends what each yields). A page then holds up to SplitStores x limit
+	// events and is not the relay's newest limit events: its oldest event
+	// can be older than events one store cut off. 0 or 1: one store.
+	SplitStores int
+	// BrokenEvery makes every event whose id hashes to 0 mod N a dangling
+	// index entry: a REQ's scan that reaches it stops there and sends
+	// EOSE, never serving it nor anything after it in the page, and a
+	// lookup by id finds nothing; COUNT still counts it. The eventstore
+	// badger backend (khatru relays: wot-relay, haven) returns from a scan
+	// whose raw-event lookup fails ("badger: failed to get ... from raw
+	// event store: Key not found", wot-relay issue 80), so its pages end
+	// early, and an empty one looks like the end of the range. 0: never.
+	BrokenEvery int
+	// TiesDescending orders the events of one created_at second by id
+	// descending, against NIP-01's lowest id first. No relay read here
+	// follows NIP-01: strfry orders ties by insertion (newest first),
+	// eventstore's badger and lmdb by serial, nostr-rs-relay and nostream
+	// leave them to the database (ORDER BY created_at alone).
+	TiesDescending bool
+	// ClosedEvery cuts every Nth REQ page (counted over the relay) after
+	// half its events with ["CLOSED",sub,"error: the relay could not
+	// respond fast enough"], as Ditto does when its query times out. 0:
+	// never.
+	ClosedEvery int
+	// FailQueryEvery answers every Nth REQ page (counted over the relay)
+	// with ["NOTICE","error: failed to query"] and then EOSE, no event: a
+	// khatru relay whose QueryEvents function fails writes the error as a
+	// NOTICE (naming no subscription) and still sends EOSE (responding.go
+	// handleRequest). 0: never.
+	FailQueryEvery int
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool
@@ -247,6 +281,8 @@ func (o Options) Validate() error {
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:
 		return bad("OmitEvery %d < 0", o.OmitEvery)
+	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0:
+		return bad("SplitStores, BrokenEvery, ClosedEvery and FailQueryEvery must not be negative")
 	}
 	return nil
 }

@@ -58,6 +58,7 @@ type Relay struct {
 	// pick from.
 	dupSeq, omitSeq atomic.Int64
 	negSeq          atomic.Int64 // NEG-MSGs, for NegCloseEvery
+	closedSeq       atomic.Int64 // REQ pages, for ClosedEvery and FailQueryEvery
 }
 
 // Stats are the relay's counters since New.

@@ -147,10 +147,11 @@ func (s *snapshot) window(f *filter, ignoreUntil bool) (lo, hi int) {
 	return lo, max(lo, hi)
 }
 
-// match appends to dst, in store order (newest first), the positions that f
-// selects: at most limit (negative: all) inside the window, plus up to
-// extra matching positions on each side of it.
-func (s *snapshot) match(dst []int32, f *filter, limit, extra int, ignoreUntil bool) []int32 {
+// match appends to dst, in store order (newest first; ties by id
+// descending with tiesDesc), the positions that f selects: at most limit
+// (negative: all) inside the window, plus up to extra matching positions
+// on each side of it.
+func (s *snapshot) match(dst []int32, f *filter, limit, extra int, ignoreUntil, tiesDesc bool) []int32 {
 	lo, hi := s.window(f, ignoreUntil)
 	if extra > 0 && f.until != nil && !ignoreUntil {
 		dst = s.outside(dst, f, lo, -1, extra)
@@ -174,11 +175,24 @@ func (s *snapshot) match(dst []int32, f *filter, limit, extra int, ignoreUntil b
 		dst = dst[:start+len(got)]
 	} else {
 		n := 0
-		for i := lo; i < hi && (limit < 0 || n < limit); i++ {
-			if f.matchesRest(&s.items[i]) {
-				dst = append(dst, int32(i))
-				n++
+		for i := lo; i < hi && (limit < 0 || n < limit); {
+			// One second's run, walked backwards when ties go by id
+			// descending.
+			j := i + 1
+			for tiesDesc && j < hi && s.items[j].CreatedAt == s.items[i].CreatedAt {
+				j++
 			}
+			for k := range j - i {
+				p := i + k
+				if tiesDesc {
+					p = j - 1 - k
+				}
+				if (limit < 0 || n < limit) && f.matchesRest(&s.items[p]) {
+					dst = append(dst, int32(p))
+					n++
+				}
+			}
+			i = j
 		}
 	}
 	if extra > 0 && f.since != nil {
@@ -219,7 +233,7 @@ func (s *snapshot) count(filters []filter, ignoreUntil bool) int {
 		}
 	} else {
 		for i := range filters {
-			pos = s.match(pos, &filters[i], -1, 0, ignoreUntil)
+			pos = s.match(pos, &filters[i], -1, 0, ignoreUntil, false)
 		}
 		slices.Sort(pos)
 		pos = slices.Compact(pos)

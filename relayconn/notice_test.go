@@ -1,0 +1,54 @@
+package relayconn
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lxzan/gws"
+)
+
+// A khatru relay whose QueryEvents fails writes the error as a NOTICE,
+// naming no subscription, then sends EOSE (responding.go): with a newer
+// REQ also waiting, the NOTICE is pinned on that one, and the failed REQ's
+// empty EOSE must not read as an empty range (a crawl ends a shard on it).
+func TestNoticeThenEmptyEOSE(t *testing.T) {
+	aArrived, bArrived := make(chan struct{}), make(chan struct{})
+	p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+		switch sub[len(sub)-1] {
+		case '1': // the first REQ: fails once the second is in flight
+			close(aArrived)
+			<-bArrived
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["NOTICE","error: failed to query"]`))
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+		default:
+			close(bArrived)
+		}
+	})}
+	c := pipeDial(t, p)
+	defer c.Close()
+	var wg sync.WaitGroup
+	var first *Page
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		first = page
+	}()
+	<-aArrived // the second REQ goes out once the relay has the first
+	second, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == nil || first.End == EndEOSE {
+		t.Fatalf("the failed REQ ended %v: an empty EOSE after a NOTICE is no empty page", first.End)
+	}
+	if second.End == EndEOSE {
+		t.Fatalf("the second REQ ended %v", second.End)
+	}
+}
