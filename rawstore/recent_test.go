@@ -25,7 +25,10 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 				mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(i), Raw: []byte(fmt.Sprintf("good%d", i))}}})
 			}
 			s.ingestMu.Lock()
-			res, err := s.ingestLocked(late, known, gen)
+			res, err := s.stageLocked(late, known, gen)
+			if err == nil {
+				err = s.flushLocked()
+			}
 			s.ingestMu.Unlock()
 			if err != nil {
 				t.Fatal(err)
