@@ -176,11 +176,11 @@ func Open(opts Options) (_ *Store, err error) {
 		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
 	}
 	po := &pebble.Options{
-		FS:                          fs,
-		ReadOnly:                    opts.ReadOnly,
-		ErrorIfNotExists:            opts.NoCreate,
-		FormatMajorVersion:          pebble.FormatNewest,
-		MemTableSize:                opts.MemTableSize,
+		FS:                 fs,
+		ReadOnly:           opts.ReadOnly,
+		ErrorIfNotExists:   opts.NoCreate,
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       opts.MemTableSize,
 		// Queued memtables and flushable batches (a commit group, see
 		// Stage) are Go and C memory until flushed: two memtables' worth
 		// holds a crawl's RSS under 256 MB (at 4, 16 MB groups queued up
