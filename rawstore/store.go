@@ -231,7 +231,7 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 	}
 	f := &faults{dir: opts.Dir, fs: opts.FS, log: opts.Logger}
-	el := f.listener()
+	el := pebble.TeeEventListener(f.listener(), pebble.EventListener{FlushEnd: collectFlushedGroups(new(atomic.Bool))})
 	if opts.EventListener != nil {
 		el = pebble.TeeEventListener(el, *opts.EventListener)
 	}
