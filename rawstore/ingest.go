@@ -205,13 +205,15 @@ func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) 
 	mine := make(map[[32]byte]*Copy, len(in.Events))
 	for i := range in.Events {
 		c := &in.Events[i]
+		// stored is the stored copy's bytes: from this batch, the
+		// group, or Pebble.
 		stored, first := storedCopy(&c.ID, inBatch)
+		damaged := len(stored) > 0 && stored[0] == damagedCopy[0]
 		if m, ok := mine[c.ID]; ok {
-			stored, first = m.Raw, in.Relay
-		} else if stored != nil && stored[0] != damagedCopy[0] {
+			stored, first, damaged = m.Raw, in.Relay, false
+		} else if stored != nil {
 			stored = eventRaw(stored)
 		}
-		damaged := len(stored) > 0 && stored[0] == damagedCopy[0] && mine[c.ID] == nil
 		if damaged {
 			// Its verdict judged bytes that are gone: forget it, and
 			// store this copy as the primary, pending (counted as the
