@@ -79,7 +79,7 @@ const DefaultGroupDelay = time.Second
 // Pebble compares) is at least its length: each entry's skiplist node
 // costs more than its batch header.
 func (s *Store) groupBytes() int {
-	return int(s.opts.MemTableSize/2) + 4<<10
+	return int(s.opts.MemTableSize)
 }
 
 // value returns the E value a staged primary copy has in the group.

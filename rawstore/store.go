@@ -186,7 +186,7 @@ func Open(opts Options) (_ *Store, err error) {
 		// holds a crawl's RSS under 256 MB (at 4, 16 MB groups queued up
 		// to 370-430 MB on a 200k crawl), and the writer waits for the
 		// flush instead.
-		MemTableStopWritesThreshold: 2,
+		MemTableStopWritesThreshold: 3,
 		L0CompactionThreshold:       2,
 		L0StopWritesThreshold:       1000,
 		LBaseMaxBytes:               64 << 20,
