@@ -109,10 +109,6 @@ func (r *relayCrawl) held(since, until int64) (int64, error) {
 	if until != shard.OpenTop {
 		hi = uint64(until)
 	}
-	// The count reads the store: the pages staged so far must be in it.
-	if err := r.c.opts.Store.Flush(); err != nil {
-		return 0, err
-	}
 	return r.c.opts.Store.CountServed(r.idx, uint64(max(since, 0)), hi, match)
 }
 

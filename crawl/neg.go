@@ -18,10 +18,6 @@ import (
 // localItems lists the archive's ids with created_at in [since, until]
 // in negentropy order (the T index is in that order already).
 func localItems(store *rawstore.Store, since, until int64) ([]negentropy.Item, error) {
-	// The staged pages must be in what the store lists.
-	if err := store.Flush(); err != nil {
-		return nil, err
-	}
 	var items []negentropy.Item
 	err := store.IDsInRange(uint64(max(since, 0)), uint64(until), func(ts uint64, id [32]byte) error {
 		items = append(items, negentropy.Item{Timestamp: ts, ID: id})

@@ -171,8 +171,6 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	r.mu.Unlock()
 	if _, err := r.commit(nil, nil, nil); err != nil {
 		log.Error("could not record finish", zap.Error(err))
-	} else if err := c.opts.Store.Flush(); err != nil {
-		log.Error("could not record finish", zap.Error(err))
 	}
 	log.Info("crawl finished", zap.String("finish", res.Finish), zap.String("detail", res.Detail))
 	r.metrics.finish(res.Finish)
@@ -390,13 +388,8 @@ func (r *relayCrawl) refusedDial(err error) {
 // disk in queue order while r.mu is held only for that moment: the
 // relay's other workers keep paging during the commit. It returns the
 // shard as it now stands.
-//
-// The batch is staged (rawstore.Store.Stage): committed with the batches
-// of other pages, in order, within rawstore.DefaultGroupDelay. The queue
-// in memory may so run ahead of the disk, never the disk ahead of the
-// events; the relay's crawl flushes the store before it reports its end.
 func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malformed, advance *shardAdvance) (shard.Shard, error) {
-	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed, Committed: r.c.opts.OnCommit}
+	b := &rawstore.Batch{Relay: r.idx, Malformed: malformed}
 	if len(items) > 0 {
 		b.Events = copies(items)
 	}
@@ -421,9 +414,10 @@ func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malform
 		rec, err := json.Marshal(&r.rec)
 		return states, rec, err
 	}
-	if _, err := r.c.opts.Store.Stage(b); err != nil {
+	if _, err := r.c.opts.Store.Ingest(b); err != nil {
 		return s, err
 	}
+	r.c.opts.OnCommit()
 	return s, nil
 }
 

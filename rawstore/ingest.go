@@ -54,10 +54,6 @@ type Batch struct {
 	// (a shard queue) gets them to disk in that memory's order without
 	// holding its own lock across the commit. An error aborts the batch.
 	State func() (shards map[string][]byte, relayRecord []byte, err error)
-	// Committed, if set, is called once the batch is committed (and
-	// synced, unless the store is NoSync): for a staged batch, when its
-	// group is (see Stage).
-	Committed func()
 }
 
 // IngestResult says what the batch changed.
@@ -112,104 +108,61 @@ func (s *Store) forgetDamagedVerdict(b *pebble.Batch, id *[32]byte, counts map[s
 // see seen.go for version 2.
 const eventHeaderLen = 5
 
-// Ingest commits a batch atomically, durably unless the store is NoSync,
-// with every batch staged before it. Duplicates cost a lookup (plus a
-// provenance key when a second relay serves an id); a copy whose bytes
-// differ from the stored one is kept as an alternate and verified on its
-// own, so a forged copy stored first never hides a valid one.
+// Ingest commits a batch atomically, durably unless the store is NoSync.
+// Duplicates cost a lookup (plus a provenance key when a second relay
+// serves an id); a copy whose bytes differ from the stored one is kept as
+// an alternate and verified on its own, so a forged copy stored first
+// never hides a valid one.
 func (s *Store) Ingest(in *Batch) (IngestResult, error) {
-	return s.ingest(in, true)
-}
-
-// Stage is Ingest for a caller that need not wait for the batch to be
-// durable: it decides what the batch stores (the result) and calls its
-// State, but commits it with the batches staged after it, up to half a
-// memtable or DefaultGroupDelay later (see commitGroup), or at the next
-// Ingest, Flush or Close. Batches commit in the order they were staged,
-// and a crash loses a suffix of them, whole. in.Committed is called once
-// the batch is committed (and synced, unless the store is NoSync).
-func (s *Store) Stage(in *Batch) (IngestResult, error) {
-	return s.ingest(in, false)
-}
-
-func (s *Store) ingest(in *Batch, now bool) (IngestResult, error) {
 	// The ids are looked up before taking the lock that orders dedup
 	// decisions, so concurrent ingests overlap their reads; under the
-	// lock only the ids of commits since, and of the open group, are
-	// checked (see recentCommits, commitGroup).
+	// lock only the ids of commits since are checked (see recentCommits).
 	gen := s.recent.gen.Load()
 	known, err := s.lookup(in.Events)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
 	}
 	s.ingestMu.Lock()
-	var c *committedGroup
-	if s.groupIsFull() {
-		// Its commit failed (no space): retry it before it grows.
-		c, err = s.commitGroupLocked(groupFull)
-	}
-	var res IngestResult
-	if err == nil {
-		res, err = s.stageLocked(in, known, gen)
-	}
-	if err == nil && (now || s.groupIsFull()) {
-		why := groupFull
-		if now {
-			why = groupAsked
-		}
-		var c2 *committedGroup
-		if c2, err = s.commitGroupLocked(why); c2 != nil && c != nil {
-			c2.done = append(c.done, c2.done...)
-		}
-		if c2 != nil {
-			c = c2
-		}
-	}
+	res, err := s.ingestLocked(in, known, gen)
 	s.ingestMu.Unlock()
-	if ferr := s.finishGroup(c); err == nil {
-		err = ferr
+	if err != nil || s.sync != pebble.Sync {
+		return res, err
 	}
-	if err != nil {
-		return res, fmt.Errorf("rawstore: ingest batch of relay %s: %w", s.RelayURL(in.Relay), err)
+	// The batch went to the WAL unsynced so that the lock, which orders
+	// every dedup decision, is not held across an fsync: concurrent
+	// ingests then share one (Pebble groups the syncs of concurrent
+	// commits). Syncing the WAL now makes this batch durable, and every
+	// batch before it, among them any whose copies this one took as
+	// duplicates, before the caller relies on it.
+	if err := s.gate("sync batch for relay "+s.RelayURL(in.Relay), 0, func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
+		return res, err
 	}
 	return res, nil
 }
 
-// stageLocked is ingest under ingestMu: it adds the batch to the open
-// group. inBatch holds the stored copies a lookup at generation gen found;
-// the group's copies and this batch's own join it (Pebble cannot read
-// them back).
-func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
+// ingestLocked is Ingest under ingestMu, without the sync. inBatch holds
+// the stored copies a lookup at generation gen found; copies put in this
+// batch join it (Pebble cannot read them back).
+func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
 	var res IngestResult
-	if s.group.failed != nil {
-		return res, s.group.failed
-	}
 	seen := s.now()
 	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
 		return res, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
-	}
-	if g := &s.group; len(g.ids) > 0 {
-		for i := range in.Events {
-			if sp, ok := g.ids[in.Events[i].ID]; ok {
-				inBatch[in.Events[i].ID] = g.value(sp)
-			}
-		}
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var fresh []newCopy
+	// This batch's new copies, for its own later copies of their ids.
+	added := make(map[[32]byte]*Copy, len(in.Events))
 	var newIDs, dups int64
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
-	// This batch's new copies, for its own later copies of their ids.
-	mine := make(map[[32]byte]*Copy, len(in.Events))
 	for i := range in.Events {
 		c := &in.Events[i]
-		// stored is the stored copy's bytes: from this batch, the
-		// group, or Pebble.
+		// stored is the stored copy's bytes: from this batch or Pebble.
 		stored, first := storedCopy(&c.ID, inBatch)
 		damaged := len(stored) > 0 && stored[0] == damagedCopy[0]
-		if m, ok := mine[c.ID]; ok {
+		if m, ok := added[c.ID]; ok {
 			stored, first, damaged = m.Raw, in.Relay, false
 		} else if stored != nil {
 			stored = eventRaw(stored)
@@ -229,7 +182,7 @@ func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) 
 			if s.ids != nil {
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
-			mine[c.ID] = c
+			added[c.ID] = c
 			ts, ok := copyTime(c)
 			fresh = append(fresh, newCopy{c: c, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
 			if !damaged {
@@ -261,6 +214,7 @@ func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) 
 			}
 		}
 	}
+	setNew(b, fresh, in.Relay, seen)
 	malformed := 0
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
@@ -274,7 +228,7 @@ func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) 
 		if altInBatch == nil {
 			altInBatch = map[string]bool{}
 		}
-		if altInBatch[string(k)] || s.group.keys[string(k)] {
+		if altInBatch[string(k)] {
 			continue
 		}
 		altInBatch[string(k)] = true
@@ -326,7 +280,20 @@ func (s *Store) stageLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) 
 	if record != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
-	return res, s.addToGroup(b, fresh, altInBatch, in.Relay, seen, in.Committed)
+	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+		return res, err
+	}
+	if len(added) > 0 {
+		ids := make(map[[32]byte]struct{}, len(added))
+		for id := range added {
+			ids[id] = struct{}{}
+		}
+		s.recent.add(ids)
+	}
+	for _, f := range fresh {
+		s.hot.add(f.seq, in.Relay, f.c.Raw)
+	}
+	return res, nil
 }
 
 // newCopy is a primary copy ingest stores: its copy and queue seq.
@@ -336,8 +303,6 @@ type newCopy struct {
 	ts   uint64 // created_at, for the T key
 	tsOK bool   // false: unreadable, no T key
 	idHi uint64 // the id's first 8 bytes, for sorting
-	off  uint32 // where setNew put its E value in the batch's representation
-	n    uint32 // the E value's length
 }
 
 // setNew puts the E, T and P keys of fresh (in queue order) in b, each
@@ -345,9 +310,10 @@ type newCopy struct {
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
-// as much as the sets. The E values are written in place, header and
-// bytes, with no copy of their own.
-func setNew(b *pebble.Batch, fresh []newCopy, relay uint32, seen uint32) {
+// as much as the sets. E values (header, then the copy's bytes) are
+// written into the batch in place: building each apart first cost an
+// allocation and a copy of every event body.
+func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	order := make([]*newCopy, len(fresh))
 	for i := range fresh {
 		order[i] = &fresh[i]
@@ -367,8 +333,6 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay uint32, seen uint32) {
 		copy(op.Key[1:], f.c.ID[:])
 		copy(op.Value[copy(op.Value, hdr):], f.c.Raw)
 		_ = op.Finish()
-		f.n = uint32(len(op.Value))
-		f.off = uint32(b.Len()) - f.n // a Set ends with the value
 	}
 	slices.SortFunc(order, func(x, y *newCopy) int {
 		if c := cmp.Compare(x.ts, y.ts); c != 0 {
@@ -487,7 +451,7 @@ func storedCopy(id *[32]byte, known map[[32]byte][]byte) ([]byte, uint32) {
 func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[string]bool) (bool, error) {
 	h := sha256.Sum256(c.Raw)
 	k := altKey(&c.ID, h[:])
-	if inBatch[string(k)] || s.group.keys[string(k)] {
+	if inBatch[string(k)] {
 		return false, nil
 	}
 	inBatch[string(k)] = true

@@ -9,7 +9,7 @@ import "sync/atomic"
 // lock. Everything but gen is guarded by ingestMu.
 type recentCommits struct {
 	gen  atomic.Uint64 // commits applied and visible to new iterators
-	ring [recentDepth]map[[32]byte]valSpan
+	ring [recentDepth]map[[32]byte]struct{}
 }
 
 // recentDepth is how many commits a lookup may fall behind before it is
@@ -18,12 +18,12 @@ const recentDepth = 64
 
 // since returns the ids stored by commits after gen, and false if some of
 // those commits have left the ring.
-func (r *recentCommits) since(gen uint64) ([]map[[32]byte]valSpan, bool) {
+func (r *recentCommits) since(gen uint64) ([]map[[32]byte]struct{}, bool) {
 	cur := r.gen.Load()
 	if cur-gen > recentDepth {
 		return nil, false
 	}
-	var out []map[[32]byte]valSpan
+	var out []map[[32]byte]struct{}
 	for g := gen + 1; g <= cur; g++ {
 		out = append(out, r.ring[g%recentDepth])
 	}
@@ -31,7 +31,7 @@ func (r *recentCommits) since(gen uint64) ([]map[[32]byte]valSpan, bool) {
 }
 
 // add records a commit that is now visible, with the ids it stored.
-func (r *recentCommits) add(ids map[[32]byte]valSpan) {
+func (r *recentCommits) add(ids map[[32]byte]struct{}) {
 	g := r.gen.Load() + 1
 	r.ring[g%recentDepth] = ids
 	r.gen.Store(g)

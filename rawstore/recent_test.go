@@ -25,10 +25,7 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 				mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(i), Raw: []byte(fmt.Sprintf("good%d", i))}}})
 			}
 			s.ingestMu.Lock()
-			res, err := s.stageLocked(late, known, gen)
-			if err == nil {
-				err = s.flushLocked()
-			}
+			res, err := s.ingestLocked(late, known, gen)
 			s.ingestMu.Unlock()
 			if err != nil {
 				t.Fatal(err)

@@ -44,10 +44,6 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	}
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
-	// Staged copies hold queue seqs up to upTo that the scan must see.
-	if err := s.flushLocked(); err != nil {
-		return 0, err
-	}
 	upTo := s.pendingSeq.Load()
 	if upTo > s.staleUpTo.Load() {
 		if err := s.gate("begin verify scan", 0, func() error {

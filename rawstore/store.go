@@ -67,9 +67,6 @@ type Options struct {
 	// Now is the clock of first-seen times (default time.Now; tests
 	// inject one).
 	Now func() time.Time
-	// GroupDelay bounds how long a staged batch waits for its commit
-	// group to fill (default DefaultGroupDelay; see Stage).
-	GroupDelay time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -90,9 +87,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.BlockSize == 0 {
 		o.BlockSize = 16 << 10
-	}
-	if o.GroupDelay <= 0 {
-		o.GroupDelay = DefaultGroupDelay
 	}
 }
 
@@ -124,7 +118,6 @@ type Store struct {
 	damage     damageLog // damaged records met since Open (see Damage)
 	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
-	group      commitGroup   // staged batches (see Stage); guarded by ingestMu
 	ids        *idFilter     // proves ids new without a lookup; nil read-only
 
 	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
@@ -176,17 +169,12 @@ func Open(opts Options) (_ *Store, err error) {
 		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
 	}
 	po := &pebble.Options{
-		FS:                 fs,
-		ReadOnly:           opts.ReadOnly,
-		ErrorIfNotExists:   opts.NoCreate,
-		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       opts.MemTableSize,
-		// Queued memtables and flushable batches (a commit group, see
-		// Stage) are Go and C memory until flushed: two memtables' worth
-		// holds a crawl's RSS under 256 MB (at 4, 16 MB groups queued up
-		// to 370-430 MB on a 200k crawl), and the writer waits for the
-		// flush instead.
-		MemTableStopWritesThreshold: 3,
+		FS:                          fs,
+		ReadOnly:                    opts.ReadOnly,
+		ErrorIfNotExists:            opts.NoCreate,
+		FormatMajorVersion:          pebble.FormatNewest,
+		MemTableSize:                opts.MemTableSize,
+		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       2,
 		L0StopWritesThreshold:       1000,
 		LBaseMaxBytes:               64 << 20,
@@ -231,7 +219,7 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 	}
 	f := &faults{dir: opts.Dir, fs: opts.FS, log: opts.Logger}
-	el := pebble.TeeEventListener(f.listener(), pebble.EventListener{FlushEnd: collectFlushedGroups(new(atomic.Bool))})
+	el := f.listener()
 	if opts.EventListener != nil {
 		el = pebble.TeeEventListener(el, *opts.EventListener)
 	}
@@ -364,10 +352,9 @@ func (s *Store) lastKey(prefix []byte) ([]byte, error) {
 	return nil, it.Error()
 }
 
-// Close commits the staged batches, then closes the database. Every
-// iterator and batch must be finished first.
+// Close flushes and closes the database. Every iterator and batch must be
+// finished first.
 func (s *Store) Close() error {
-	gerr := s.closeGroup()
 	if s.idsStop != nil {
 		close(s.idsStop)
 		<-s.idsDone
@@ -378,9 +365,6 @@ func (s *Store) Close() error {
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("rawstore: close: %w", err)
-	}
-	if gerr != nil {
-		return fmt.Errorf("rawstore: close: %w", gerr)
 	}
 	return nil
 }

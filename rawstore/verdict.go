@@ -261,9 +261,6 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	// excluding ingest).
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
-	if err := s.flushLocked(); err != nil { // staged copies are to be reset too
-		return 0, err
-	}
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	st, err := s.Stats()
