@@ -153,13 +153,20 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	defer b.Close()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var fresh []newCopy
-	added := make(map[[32]byte]struct{}, len(in.Events))
+	// This batch's new copies, for its own later copies of their ids.
+	added := make(map[[32]byte]*Copy, len(in.Events))
 	var newIDs, dups int64
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
 	for i := range in.Events {
 		c := &in.Events[i]
+		// stored is the stored copy's bytes: from this batch or Pebble.
 		stored, first := storedCopy(&c.ID, inBatch)
 		damaged := len(stored) > 0 && stored[0] == damagedCopy[0]
+		if m, ok := added[c.ID]; ok {
+			stored, first, damaged = m.Raw, in.Relay, false
+		} else if stored != nil {
+			stored = eventRaw(stored)
+		}
 		if damaged {
 			// Its verdict judged bytes that are gone: forget it, and
 			// store this copy as the primary, pending (counted as the
@@ -172,21 +179,17 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		}
 		switch {
 		case stored == nil:
-			v := eventHeader(seen, len(c.Raw))
-			binary.BigEndian.PutUint32(v[1:], in.Relay)
-			v = append(v, c.Raw...)
 			if s.ids != nil {
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
-			inBatch[c.ID] = v
-			added[c.ID] = struct{}{}
+			added[c.ID] = c
 			ts, ok := copyTime(c)
-			fresh = append(fresh, newCopy{c: c, v: v, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
+			fresh = append(fresh, newCopy{c: c, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
 			if !damaged {
 				newIDs++
 				res.New++
 			}
-		case bytes.Equal(eventRaw(stored), c.Raw):
+		case bytes.Equal(stored, c.Raw):
 			if first != in.Relay {
 				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
 			}
@@ -211,7 +214,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			}
 		}
 	}
-	setNew(b, fresh, in.Relay)
+	setNew(b, fresh, in.Relay, seen)
 	malformed := 0
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
@@ -281,7 +284,11 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		return res, err
 	}
 	if len(added) > 0 {
-		s.recent.add(added)
+		ids := make(map[[32]byte]struct{}, len(added))
+		for id := range added {
+			ids[id] = struct{}{}
+		}
+		s.recent.add(ids)
 	}
 	for _, f := range fresh {
 		s.hot.add(f.seq, in.Relay, f.c.Raw)
@@ -289,10 +296,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	return res, nil
 }
 
-// newCopy is a primary copy ingest stores: its E value and queue seq.
+// newCopy is a primary copy ingest stores: its copy and queue seq.
 type newCopy struct {
 	c    *Copy
-	v    []byte
 	seq  uint64
 	ts   uint64 // created_at, for the T key
 	tsOK bool   // false: unreadable, no T key
@@ -304,8 +310,10 @@ type newCopy struct {
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
-// as much as the sets.
-func setNew(b *pebble.Batch, fresh []newCopy, relay uint32) {
+// as much as the sets. E values (header, then the copy's bytes) are
+// written into the batch in place: building each apart first cost an
+// allocation and a copy of every event body.
+func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	order := make([]*newCopy, len(fresh))
 	for i := range fresh {
 		order[i] = &fresh[i]
@@ -317,8 +325,14 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay uint32) {
 		return bytes.Compare(x.c.ID[:], y.c.ID[:])
 	}
 	slices.SortFunc(order, byID)
+	hdr := eventHeader(seen, 0)
+	binary.BigEndian.PutUint32(hdr[1:], relay)
 	for _, f := range order {
-		_ = b.Set(eventKey(&f.c.ID), f.v, nil)
+		op := b.SetDeferred(1+idLen, len(hdr)+len(f.c.Raw))
+		op.Key[0] = prefixEvent
+		copy(op.Key[1:], f.c.ID[:])
+		copy(op.Value[copy(op.Value, hdr):], f.c.Raw)
+		_ = op.Finish()
 	}
 	slices.SortFunc(order, func(x, y *newCopy) int {
 		if c := cmp.Compare(x.ts, y.ts); c != 0 {

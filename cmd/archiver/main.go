@@ -33,6 +33,7 @@ Run "archiver COMMAND -h" for a command's flags.
 `
 
 func main() {
+	useHugePages()
 	os.Exit(dispatch(os.Args[1:]))
 }
 
