@@ -103,6 +103,17 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n) * unit, nil
 }
 
+// Set implements flag.Value, so that a command-line flag takes the same
+// sizes as the configuration file.
+func (b *ByteSize) Set(s string) error {
+	x, err := ParseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = x
+	return nil
+}
+
 // String writes the size in the largest binary unit that divides it
 // exactly: "8MiB", "64KiB", "1000B".
 func (b ByteSize) String() string {

@@ -149,7 +149,7 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Errorf("--help created %s", entries[0].Name())
 	}
 	// Usage errors stay exit 2.
-	for _, args := range [][]string{{}, {"frobnicate"}, {"crawl", "--bogus"}, {"stats", "extra"}, {"version", "extra"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"crawl", "--bogus"}, {"stats", "extra"}, {"version", "extra"}, {"serve", "--cache", "12XB"}} {
 		if code, _, stderr, _ := run(t, dir, args...); code != 2 {
 			t.Errorf("archiver %v: exit %d, want 2\n%s", args, code, stderr)
 		}

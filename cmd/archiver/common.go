@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nostr-archiver/archiver/config"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -27,7 +28,8 @@ type common struct {
 	logLevel   string
 	logFormat  string
 	cpuProfile string
-	hotBytes   int // rawstore.Options.HotBytes: set by commands that verify while they ingest
+	hotBytes   int             // rawstore.Options.HotBytes: set by commands that verify while they ingest
+	cache      config.ByteSize // rawstore.Options.CacheSize: a flag of serve; 0 is the store's default
 	// access is how the command opens the archive: commands that only
 	// read never write, and nothing but a crawl creates an archive.
 	access access
@@ -175,7 +177,7 @@ func (c *common) openStore(log *zap.Logger) (*rawstore.Store, error) {
 			return nil, err
 		}
 	}
-	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log, HotBytes: c.hotBytes,
+	return rawstore.Open(rawstore.Options{Dir: c.data, Logger: log, HotBytes: c.hotBytes, CacheSize: int64(c.cache),
 		ReadOnly: c.access == accessReadOnly, NoCreate: c.access != accessCreate})
 }
 

@@ -22,6 +22,7 @@ func runServe(args []string) int {
 	fs.IntVar(&o.MaxLimit, "max-limit", o.MaxLimit, "most events one filter of a REQ returns (NIP-11 max_limit)")
 	fs.IntVar(&o.MaxSubs, "max-subscriptions", o.MaxSubs, "open subscriptions per connection")
 	fs.IntVar(&o.MaxSyncEvents, "max-sync-events", o.MaxSyncEvents, "largest NIP-77 set; a larger one is refused 'blocked: too many records'")
+	fs.Var(&c.cache, "cache", "block cache for reads, a `SIZE` such as 512MiB (default 32MiB): an archive served to many clients, or read again and again, is read faster from more")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: archiver serve [--data DIR] [--listen ADDR]\n\n"+
 			"Serve the archive as a read-only Nostr relay (NIP-01 REQ, NIP-45 COUNT, NIP-77, NIP-11):\n"+

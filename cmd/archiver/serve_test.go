@@ -76,7 +76,7 @@ func TestServeCrawledBack(t *testing.T) {
 		t.Fatalf("imported %d valid events, the fixture has %d", len(want), len(f.Valid))
 	}
 
-	srv, url, drained := startServed(t, "serve", "--data", a, "--listen", "127.0.0.1:0", "--max-limit", "50")
+	srv, url, drained := startServed(t, "serve", "--data", a, "--listen", "127.0.0.1:0", "--max-limit", "50", "--cache", "64MiB")
 
 	if code, _, stderr, _ := run(t, dir, "crawl", "--data", b, url); code != 0 {
 		t.Fatalf("crawl of %s: exit %d\n%s", url, code, stderr)
