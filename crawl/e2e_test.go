@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -141,8 +142,29 @@ func assertExactValidSet(t *testing.T, a *archive, f *testrelay.Fixture) {
 	}
 }
 
+// TestMain checks for leaked goroutines once every test is done: the
+// tests that run in parallel (t.Parallel) cannot each check, as the others'
+// goroutines are running meanwhile.
+//
+// Those tests spend much of their time waiting (page latency, backoff,
+// rate limits): a crawl under -race keeps less than one core busy. So
+// they run four at a time, not GOMAXPROCS (two on CI), unless -parallel
+// is given.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", "4"); err != nil {
+			panic(err)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
 // checkLeaks registers a goroutine-leak check that runs after every other
-// cleanup of t (relays, stores) is done.
+// cleanup of t (relays, stores) is done. Only for tests that do not call
+// t.Parallel: those run alone (before the parallel ones resume).
 func checkLeaks(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
@@ -215,7 +237,7 @@ func TestArchiveHostileRelay(t *testing.T) {
 // Each way a relay refuses or bends paging ends in the right finish
 // reason, and what it did serve is kept.
 func TestFinishReasons(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 2, Events: 1500, UnsplittableWall: 700, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +254,7 @@ func TestFinishReasons(t *testing.T) {
 		{"unsplittable wall", testrelay.Options{MaxLimit: 300, SupportCount: true}, crawl.FinishIncompleteWalls, fmt.Sprint(f.UnsplittableAt)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			relay := startRelay(t, tc.relay, f.Items)
 			a := openArchive(t)
 			res := a.crawl(t, crawl.Options{PageTimeout: time.Second}, relay.URL())
@@ -261,6 +284,10 @@ func TestFinishReasons(t *testing.T) {
 // Rate limits, strfry's NOTICE-only subscription cap, dropped connections
 // and per-IP connection caps slow the crawl down but lose nothing, and
 // each is seen for what it is.
+//
+// The test does not call t.Parallel, and its rate limit case runs before
+// the others resume: the rate limit is met only by a crawl that asks fast
+// enough, which one sharing the cores with other crawls may not.
 func TestRefusalsLoseNothing(t *testing.T) {
 	checkLeaks(t)
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 4, Events: 3000, CacheDir: fixtureCache(t)})
@@ -278,6 +305,9 @@ func TestRefusalsLoseNothing(t *testing.T) {
 		{"dropped connections", testrelay.Options{DropEvery: 700}, "conn-lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.refusal != "rate-limited" {
+				t.Parallel()
+			}
 			tc.relay.MaxLimit = 250
 			tc.relay.NoInfo = true // no NIP-11 prior: the caps must be learned from refusals
 			relay := startRelay(t, tc.relay, f.Items)
@@ -298,7 +328,7 @@ func TestRefusalsLoseNothing(t *testing.T) {
 // Several relays are crawled at once, and a slow one does not hold up the
 // others: the fast relay is archived while the slow one is still paging.
 func TestSlowRelayDoesNotStallOthers(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	fa, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 1500, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +338,9 @@ func TestSlowRelayDoesNotStallOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast := startRelay(t, testrelay.Options{}, fa.Items)
-	slow := startRelay(t, testrelay.Options{Latency: 300 * time.Millisecond, MaxLimit: 100}, fb.Items)
+	// 150 ms a page keeps the slow relay paging for seconds after the
+	// fast one drained (asserted: at least one), at half the cost of 300.
+	slow := startRelay(t, testrelay.Options{Latency: 150 * time.Millisecond, MaxLimit: 100}, fb.Items)
 	a := openArchive(t)
 	results := make(chan []crawl.Result, 1)
 	var fastDone time.Time
@@ -343,7 +375,7 @@ func TestSlowRelayDoesNotStallOthers(t *testing.T) {
 // the range is TestNarrow's): the job's range starts in 1970, the events
 // are recent.
 func TestProbePlanWithoutCount(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 5, Events: 2000, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +396,7 @@ func TestProbePlanWithoutCount(t *testing.T) {
 // A COUNT that fails now and then is asked again: the plan is still sized
 // by COUNT, and a wall that only COUNT can prove complete is proven.
 func TestCountRetried(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 6, Events: 2000, Wall: 700, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +405,11 @@ func TestCountRetried(t *testing.T) {
 	// second COUNT fails and so does every other wall COUNT.
 	relay := startRelay(t, testrelay.Options{MaxLimit: 250, SupportCount: true, CountNoticeEvery: 2}, f.Items)
 	a := openArchive(t)
-	res := a.crawl(t, crawl.Options{}, relay.URL())
+	// A NOTICE names no subscription: with two requests in flight the
+	// crawl may pin it on a page and the COUNT it was for waits out the
+	// page timeout (then the crawl goes to one in flight). The default
+	// 15 s made half the runs take 16 s instead of 1.5.
+	res := a.crawl(t, crawl.Options{PageTimeout: 2 * time.Second}, relay.URL())
 	if !res[0].Drained() {
 		t.Fatalf("crawl: %v", res[0])
 	}
@@ -396,7 +432,7 @@ func TestCountRetried(t *testing.T) {
 // scratch instead of finding the filtered job done. And the filter is
 // applied: the filtered crawl stores exactly the matching events.
 func TestFilteredCrawlsKeepTheirOwnCursors(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 3000, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)

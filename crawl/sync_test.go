@@ -100,7 +100,7 @@ func (a *archive) syncRecord(t *testing.T, url string) crawl.RelayRecord {
 // valid set; a relay that refuses NIP-77 is reported unsupported, and a
 // second too big for the relay's cap is reported unproven.
 func TestSyncModes(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, Wall: 600, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +129,7 @@ func TestSyncModes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			relay := startRelay(t, c.opts, f.Items)
 			a := openArchive(t)
 			missing := seedArchive(t, a, f, 100)
