@@ -41,6 +41,10 @@ type Options struct {
 	// Statfs, if set, replaces the free-space check of the data directory
 	// (tests).
 	Statfs func(dir string) (uint64, error)
+	// DiskInterval, if set, replaces how often the free space is checked
+	// (tests: diskguard's 10 s default made a test wait for its next
+	// check).
+	DiskInterval time.Duration
 	// NodeID names this node in the fleet's job records; default
 	// <hostname>-<pid>.
 	NodeID string
@@ -132,7 +136,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if err == nil {
 		d.guard, err = diskguard.New(diskguard.Options{
-			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs,
+			Dir: cfg.DataDir, MinFree: uint64(cfg.Limits.MinFreeDiskBytes), Statfs: opts.Statfs, Interval: opts.DiskInterval,
 			OnChange: d.diskChanged,
 			OnError:  func(err error) { d.log.Error("checking free disk space", zap.Error(err)) },
 			Extra:    store.SpaceNeeded,

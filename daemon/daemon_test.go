@@ -58,7 +58,10 @@ func TestDiskFloorPausesCrawl(t *testing.T) {
 	}
 	var free atomic.Uint64
 	free.Store(1 << 20) // 1 MiB: under the default 1 GiB floor
-	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t), Statfs: func(string) (uint64, error) { return free.Load(), nil }})
+	// Checked every 50 ms, not every 10 s: the crawl resumes as soon as
+	// space returns, and the pause below outlasts many checks.
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t), Statfs: func(string) (uint64, error) { return free.Load(), nil },
+		DiskInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

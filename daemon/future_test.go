@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,7 +63,8 @@ func TestBackfillArchivesFutureEvents(t *testing.T) {
 func TestUnprovenBackfillIsNotComplete(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 15, Events: 1000})
+	cache, _ := os.UserCacheDir()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 15, Events: 1000, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
 	if err != nil {
 		t.Fatal(err)
 	}
