@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,7 +29,8 @@ func corpus(t *testing.T) *testrelay.Fixture {
 	t.Helper()
 	if fixture == nil {
 		f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 7, Events: 1500, ForgedIDs: 6, RandomIDs: 5,
-			BadSigs: 5, BadPubKeys: 3, Malformed: 4, Duplicates: 10, Lookalikes: 10, Varied: 20, Workers: 2})
+			BadSigs: 5, BadPubKeys: 3, Malformed: 4, Duplicates: 10, Lookalikes: 10, Varied: 20, Workers: 2,
+			CacheDir: fixtureCache()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,4 +345,15 @@ func FuzzImportLines(f *testing.F) {
 			t.Fatalf("offset %d, want %d", res.Offset, len(in))
 		}
 	})
+}
+
+// fixtureCache is where signed fixtures are kept across tests and runs
+// (signing dominates generating one, under -race most of all); "" (sign
+// anew) without a cache directory.
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
 }

@@ -23,7 +23,7 @@ import (
 // invalid copies that must never be served) and its valid events.
 func servedArchive(t *testing.T) (*rawstore.Store, []*event.Event) {
 	t.Helper()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 600, Authors: 10, Wall: 120, BadSigs: 5, ForgedIDs: 3})
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 600, Authors: 10, Wall: 120, BadSigs: 5, ForgedIDs: 3, CacheDir: fixtureCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +110,15 @@ func TestNostrToolsAgainstServe(t *testing.T) {
 	if !slices.Equal(out.Need, wantNeed) || !slices.Equal(out.Have, []string{extra}) || out.NegClose != "" {
 		t.Errorf("NIP-77: nostr-tools needs %d and has %d ids (closed %q), want %d and 1", len(out.Need), len(out.Have), out.NegClose, len(wantNeed))
 	}
+}
+
+// fixtureCache is where signed fixtures are kept across tests and runs
+// (signing dominates generating one, under -race most of all); "" (sign
+// anew) without a cache directory.
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
 }

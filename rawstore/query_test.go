@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -76,7 +78,7 @@ type corpus struct {
 func newCorpus(t *testing.T) *corpus {
 	t.Helper()
 	fix, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 14, Events: 500, Authors: 12, Wall: 120, TagWall: 60,
-		ForgedIDs: 6, BadSigs: 6, BadPubKeys: 3, RandomIDs: 3, Malformed: 3, Duplicates: 5, Varied: 10})
+		ForgedIDs: 6, BadSigs: 6, BadPubKeys: 3, RandomIDs: 3, Malformed: 3, Duplicates: 5, Varied: 10, CacheDir: fixtureCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,4 +495,15 @@ func (c *corpus) testResetAndBuild(t *testing.T) {
 		t.Fatalf("resumed build: %d + %d of %d, %v", first, rest, len(c.all), err)
 	}
 	c.checkFilters(t, 3, 60)
+}
+
+// fixtureCache is where signed fixtures are kept across tests and runs
+// (signing dominates generating one, under -race most of all); "" (sign
+// anew) without a cache directory.
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
 }

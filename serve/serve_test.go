@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +40,7 @@ type archive struct {
 func newArchive(t testing.TB) *archive {
 	t.Helper()
 	fix, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 14, Events: 400, Authors: 8, Wall: 150,
-		ForgedIDs: 5, BadSigs: 5, Duplicates: 5, Varied: 10})
+		ForgedIDs: 5, BadSigs: 5, Duplicates: 5, Varied: 10, CacheDir: fixtureCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,4 +463,15 @@ func TestCloseStopsAnswer(t *testing.T) {
 		}
 		break
 	}
+}
+
+// fixtureCache is where signed fixtures are kept across tests and runs
+// (signing dominates generating one, under -race most of all); "" (sign
+// anew) without a cache directory.
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
 }

@@ -15,7 +15,7 @@ import (
 // once went out with Go's escapes, which JSON does not read), and each
 // kind of query gets the REQs asked for.
 func TestQueriesAreFilters(t *testing.T) {
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 3, Events: 300, Authors: 5})
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 3, Events: 300, Authors: 5, CacheDir: fixtureCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,4 +65,15 @@ func TestPercentiles(t *testing.T) {
 			t.Errorf("p%v = %v, want %v", tc.p*100, got, tc.want)
 		}
 	}
+}
+
+// fixtureCache is where signed fixtures are kept across tests and runs
+// (signing dominates generating one, under -race most of all); "" (sign
+// anew) without a cache directory.
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
 }
