@@ -79,7 +79,6 @@ func BenchmarkSightingBytes(b *testing.B) {
 		b.ReportMetric(float64(prov[k]-prov[2])/float64((k-2)*n), "B/later-sighting")
 		b.ReportMetric(float64(tables[k]-tables[1])/float64((k-1)*n), "table-B/sighting")
 		b.ReportMetric(float64(sight[k]-sight[1])/float64((k-1)*n), "H-B/sighting")
-		b.ReportMetric(float64(sight[1])/n, "H-B/first-sighting")
 	}
 }
 
