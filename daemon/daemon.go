@@ -224,6 +224,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	_ = sdnotify.Ready()
 	_ = sdnotify.Status("archiving")
 	d.log.Info("archiver running", zap.String("listen", d.Addr()), zap.String("data", d.cfg.DataDir), zap.Int("relays", len(d.cfg.Relays)))
+	if !d.store.SightingIndexReady() {
+		// Correct without it, but each pass's audit then walks every
+		// archived event of its range (docs/SCHEDULER.md).
+		d.log.Warn("the archive's sighting index is not built: each relay's audit reads the whole archive; stop the daemon and run `archiver reprocess --index` once", zap.String("data", d.cfg.DataDir))
+	}
 	watchdog := d.watchdog(ctx)
 
 	<-ctx.Done()

@@ -65,7 +65,7 @@ func (s *Store) Check() (*CheckReport, error) {
 	// only its own keys; the verdicts' walk still reads every event
 	// judged valid, one by one.
 	for _, p := range []byte{prefixCounter, prefixEvent, prefixAlternate, prefixMalformed, prefixRelay,
-		prefixPending, prefixQuarant, prefixProven, prefixShard, prefixVerdict, prefixInternal, prefixNote} {
+		prefixPending, prefixQuarant, prefixProven, prefixSighting, prefixShard, prefixVerdict, prefixInternal, prefixNote} {
 		if err := s.checkPrefix(p, r, bad, seen); err != nil {
 			return r, err
 		}
@@ -176,6 +176,10 @@ func (s *Store) checkRecord(k, v []byte, r *CheckReport, seen map[[32]byte]bool)
 		}
 		if e, err := event.Parse(raw); err != nil || e.ID != id {
 			return corrupt(eventKey(&id), fmt.Errorf("judged valid but does not parse to its id (%v)", err))
+		}
+	case prefixSighting:
+		if len(k) != sightingKeyLen || len(v) != 0 {
+			return corrupt(k, fmt.Errorf("sighting of %d bytes, value of %d", len(k), len(v)))
 		}
 	case prefixPending:
 		if len(k) != 9 || len(v) < idLen {

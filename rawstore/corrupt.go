@@ -37,7 +37,9 @@ func (e *CorruptError) ID() ([32]byte, bool) {
 	var id [32]byte
 	// Only a key of its kind's exact length is the id's record: one a byte
 	// longer stands for the unreadable keys after it (see checkPrefix),
-	// and the id in it was read whole.
+	// and the id in it was read whole. A sighting (H key) is not listed:
+	// fetching the event again does not rewrite it when the relay that
+	// serves it is its first (see ingestLocked).
 	n := map[byte]int{prefixEvent: 1 + idLen, prefixVerdict: 1 + idLen, prefixAlternate: 1 + idLen + hashLen, prefixProven: 1 + idLen + 4}
 	if len(e.Key) > 0 && len(e.Key) == n[e.Key[0]] {
 		copy(id[:], e.Key[1:])
@@ -57,11 +59,13 @@ func describeKey(k []byte) string {
 		prefixProven: "provenance of event", prefixPending: "queue entry", prefixQuarant: "quarantined copy",
 		prefixShard: "crawl cursor", prefixRelay: "relay record", prefixCounter: "counter",
 		prefixMalformed: "malformed-frame mark", prefixInternal: "store mark",
-		prefixNote: "relay note",
+		prefixNote: "relay note", prefixSighting: "sighting of event",
 	}[k[0]]
 	switch {
 	case kind == "":
 		return fmt.Sprintf("key %x", k)
+	case k[0] == prefixSighting && len(k) == sightingKeyLen:
+		return fmt.Sprintf("%s %x by relay %d at %d", kind, k[1+4+8:], binary.BigEndian.Uint32(k[1:5]), binary.BigEndian.Uint64(k[5:13]))
 	case len(k) >= 1+idLen && (k[0] == prefixEvent || k[0] == prefixAlternate || k[0] == prefixVerdict || k[0] == prefixProven):
 		return kind + " " + hex.EncodeToString(k[1:1+idLen])
 	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant):

@@ -174,12 +174,23 @@ func (s *Store) Has(id [32]byte) (bool, error) {
 // the T value names the first relay, an R key a later one (reading each
 // body instead was most of a 1M-event crawl's CPU: 52 of 93 CPU-s).
 //
-// The R keys of the events another relay served first are looked up in
-// sorted runs on one iterator (SeekPrefixGE: the bloom filters skip the
-// tables without the key), not by a Get each: a Get per event of the
-// range was 58% of the daemon's CPU sweeping 1,000 relays of 20 events
-// (docs/SCHEDULER.md).
+// With the sighting index complete (sightings.go) it reads the relay's
+// own H keys in the range, and nothing else without match. An archive
+// from before that index, until `archiver reprocess --index` builds it,
+// is walked whole over the range: each T key, and the R keys of the
+// events another relay served first, looked up in sorted runs on one
+// iterator (SeekPrefixGE: the bloom filters skip the tables without the
+// key), not by a Get each: a Get per event of the range was 58% of the
+// daemon's CPU sweeping 1,000 relays of 20 events (docs/SCHEDULER.md).
 func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
+	if s.sightIndexed.Load() {
+		return s.countSightings(relay, since, until, match)
+	}
+	return s.countServedScan(relay, since, until, match)
+}
+
+// countServedScan is CountServed without the sighting index.
+func (s *Store) countServedScan(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
 	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return 0, err

@@ -174,6 +174,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			if err := s.forgetDamagedVerdict(b, &c.ID, counts); err != nil {
 				return res, err
 			}
+			if err := s.keepDamagedSource(b, in.Relay, c); err != nil {
+				return res, err
+			}
 			stored = nil
 			res.Repaired++
 		}
@@ -192,6 +195,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		case bytes.Equal(stored, c.Raw):
 			if first != in.Relay {
 				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
+				if ts, ok := copyTime(c); ok {
+					_ = b.Set(sightingKey(in.Relay, ts, &c.ID), nil, nil)
+				}
 			}
 			dups++
 			res.Duplicates++
@@ -205,6 +211,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 			}
 			if first != in.Relay {
 				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
+				addSighting(b, in.Relay, &c.ID, stored)
 			}
 			if isNew {
 				res.Variants++
@@ -305,7 +312,7 @@ type newCopy struct {
 	idHi uint64 // the id's first 8 bytes, for sorting
 }
 
-// setNew puts the E, T and P keys of fresh (in queue order) in b, each
+// setNew puts the E, T, H and P keys of fresh (in queue order) in b, each
 // kind together and in key order: a memtable insert next to the one
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It sorts pointers, compared by
@@ -343,6 +350,11 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	for _, f := range order {
 		if f.tsOK {
 			indexID(b, &f.c.ID, f.ts, relay)
+		}
+	}
+	for _, f := range order { // the same order: one relay's H keys sort as its T keys
+		if f.tsOK {
+			_ = b.Set(sightingKey(relay, f.ts, &f.c.ID), nil, nil)
 		}
 	}
 	for i := range fresh {

@@ -10,6 +10,8 @@ const (
 	prefixVerdict   = 'V' // V|id -> status|relay|reason: verdict on the primary copy
 	prefixQuarant   = 'Q' // Q|seq -> relay|reason|id|raw: copies that failed for good
 	prefixProven    = 'R' // R|id|relay -> first seen (uint32 merge operands, earliest wins; empty: unknown): later relays that served the id
+	// H|relay|created_at|id -> (empty): every sighting, first or later, by relay (prefixSighting, sightings.go)
+	// T|created_at|id -> first relay: every stored id by time (prefixIDs, ids.go)
 	prefixShard     = 'S' // S|relay|job -> crawl-owned cursor state
 	prefixRelay     = 'N' // N|relay -> crawl-owned relay record (url first)
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)

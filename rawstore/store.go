@@ -124,8 +124,9 @@ type Store struct {
 
 	trimStop, trimDone chan struct{} // trimLoop's; nil without a C allocator to trim
 
-	idIndexMu sync.Mutex  // one id index build at a time (see EnsureIDIndex)
-	idIndexed atomic.Bool // the id index is known complete
+	idIndexMu    sync.Mutex  // one id index build at a time (see EnsureIDIndex)
+	idIndexed    atomic.Bool // the id index is known complete
+	sightIndexed atomic.Bool // the sighting index is complete (see sightingMarkKey)
 
 	relayMu  sync.Mutex
 	relayIdx map[string]uint32
@@ -251,6 +252,10 @@ func Open(opts Options) (_ *Store, err error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 		}
+	}
+	if err := s.loadSightingMark(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
 	if !opts.ReadOnly {
 		stored, err := s.storedEvents()

@@ -15,7 +15,7 @@ func runReprocess(args []string) int {
 	fs := flag.NewFlagSet("reprocess", flag.ContinueOnError)
 	c := common{access: accessExisting}
 	all := fs.Bool("all", false, "forget every verdict and verify every stored copy again")
-	index := fs.Bool("index", false, "build the indexes of an archive from before them (export --filter needs them), or its deletion-request index (show and stats need it); resumes an interrupted build")
+	index := fs.Bool("index", false, "build the indexes of an archive from before them (export --filter needs them), its deletion-request index (show and stats need it), and its sighting index (a crawl's audit reads it); resumes an interrupted build")
 	workers := fs.Int("verify-workers", runtime.GOMAXPROCS(0), "signature verification workers")
 	c.register(fs)
 	log, store, code := c.open(fs, args)
@@ -48,6 +48,17 @@ func runReprocess(args []string) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "indexed %d valid events in %v\n", n, time.Since(start).Round(time.Millisecond))
+		start = time.Now()
+		n, err = store.BuildSightingIndex(ctx, func(n int64) {
+			log.Info("indexing sightings", zap.Int64("events", n), zap.Duration("elapsed", time.Since(start).Round(time.Second)))
+		})
+		if err != nil {
+			log.Error("build sighting index (run the same command to resume)", zap.Error(err))
+			return 1
+		}
+		if n > 0 {
+			fmt.Fprintf(os.Stderr, "indexed the sightings of %d events in %v\n", n, time.Since(start).Round(time.Millisecond))
+		}
 	}
 	pool, err := lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
 	if err != nil {

@@ -55,6 +55,9 @@ func runStats(args []string) int {
 	} else {
 		fmt.Println("deletion requests: not indexed yet (archiver reprocess --index)")
 	}
+	if !store.SightingIndexReady() {
+		fmt.Println("sighting index: not built yet (archiver reprocess --index; a crawl's audit reads the whole archive without it)")
+	}
 	reasons := make([]string, 0, len(rep.InvalidCopies))
 	for r := range rep.InvalidCopies {
 		reasons = append(reasons, r)
