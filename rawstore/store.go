@@ -119,6 +119,7 @@ type Store struct {
 	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
 	ids        *idFilter     // proves ids new without a lookup; nil read-only
+	segs       *segments     // the event bodies (see segment.go)
 
 	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
 
@@ -242,6 +243,10 @@ func Open(opts Options) (_ *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if s.segs, err = s.openSegments(fs); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
+	}
 	if !opts.ReadOnly {
 		if err := s.markIDIndexIfEmpty(); err != nil {
 			_ = db.Close()
@@ -363,8 +368,12 @@ func (s *Store) Close() error {
 		close(s.trimStop)
 		<-s.trimDone
 	}
+	serr := s.segs.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("rawstore: close: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("rawstore: close segments: %w", serr)
 	}
 	return nil
 }
