@@ -81,7 +81,8 @@ type segments struct {
 	fs       vfs.FS
 	dir      string // DIR/segments
 	readOnly bool
-	sync     bool // sync appends (the store is not NoSync)
+	sync     bool  // sync appends (the store is not NoSync)
+	rollSize int64 // segRollSize; tests make it small
 
 	wmu    sync.Mutex
 	w      *segFile // the segment appended to; nil until the first append
@@ -114,7 +115,7 @@ func segName(dir string, num uint32) string {
 // (segment 0: no batch ever wrote one). A writable open removes the
 // segments after the tail's, which no committed batch points into.
 func openSegments(fs vfs.FS, dir string, tail segPos, readOnly, sync bool) (*segments, error) {
-	g := &segments{fs: fs, dir: filepath.Join(dir, segDirName), readOnly: readOnly, sync: sync, tail: tail, open: map[uint32]*segFile{}}
+	g := &segments{fs: fs, dir: filepath.Join(dir, segDirName), readOnly: readOnly, sync: sync, rollSize: segRollSize, tail: tail, open: map[uint32]*segFile{}}
 	if readOnly {
 		return g, nil
 	}
@@ -159,8 +160,10 @@ func (g *segments) list() ([]uint32, error) {
 	return nums, nil
 }
 
-func (g *segments) syncDir() error {
-	d, err := g.fs.OpenDir(g.dir)
+func (g *segments) syncDir() error { return syncDir(g.fs, g.dir) }
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
@@ -179,8 +182,14 @@ func (g *segments) startWriter() error {
 	if err := g.fs.MkdirAll(g.dir, 0o755); err != nil {
 		return err
 	}
+	if g.sync {
+		// The log's directory must survive a crash too.
+		if err := syncDir(g.fs, filepath.Dir(g.dir)); err != nil {
+			return err
+		}
+	}
 	pos := segPos{seg: g.tail.seg + 1}
-	if g.tail.seg > 0 && g.tail.off < segRollSize {
+	if g.tail.seg > 0 && int64(g.tail.off) < g.rollSize {
 		if fi, err := g.fs.Stat(segName(g.dir, g.tail.seg)); err == nil && fi.Size() == int64(g.tail.off) {
 			pos = g.tail
 		}
@@ -266,7 +275,7 @@ func (g *segments) appendBodies(bodies [][]byte) ([]segLoc, segPos, error) {
 		if n > segRollSize {
 			return nil, segPos{}, fmt.Errorf("event body of %d bytes", len(raw))
 		}
-		if int64(g.wPos.off)+n > segRollSize && g.wPos.off > 0 {
+		if int64(g.wPos.off)+n > g.rollSize && g.wPos.off > 0 {
 			if err := flush(); err != nil {
 				return nil, segPos{}, err
 			}
