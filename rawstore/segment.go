@@ -91,8 +91,9 @@ type segments struct {
 	failed error // a failed write: the tail of w is unknown
 
 	// tail is the committed tail (segTailKey's value), moved under the
-	// store's ingestMu.
-	tail segPos
+	// store's ingestMu; openTail is its value at open, where the writer
+	// starts (nothing moves it before the first append).
+	tail, openTail segPos
 
 	rmu   sync.Mutex
 	open  map[uint32]*segFile // read handles
@@ -115,7 +116,7 @@ func segName(dir string, num uint32) string {
 // (segment 0: no batch ever wrote one). A writable open removes the
 // segments after the tail's, which no committed batch points into.
 func openSegments(fs vfs.FS, dir string, tail segPos, readOnly, sync bool) (*segments, error) {
-	g := &segments{fs: fs, dir: filepath.Join(dir, segDirName), readOnly: readOnly, sync: sync, rollSize: segRollSize, tail: tail, open: map[uint32]*segFile{}}
+	g := &segments{fs: fs, dir: filepath.Join(dir, segDirName), readOnly: readOnly, sync: sync, rollSize: segRollSize, tail: tail, openTail: tail, open: map[uint32]*segFile{}}
 	if readOnly {
 		return g, nil
 	}
@@ -188,10 +189,11 @@ func (g *segments) startWriter() error {
 			return err
 		}
 	}
-	pos := segPos{seg: g.tail.seg + 1}
-	if g.tail.seg > 0 && int64(g.tail.off) < g.rollSize {
-		if fi, err := g.fs.Stat(segName(g.dir, g.tail.seg)); err == nil && fi.Size() == int64(g.tail.off) {
-			pos = g.tail
+	t := g.openTail
+	pos := segPos{seg: t.seg + 1}
+	if t.seg > 0 && int64(t.off) < g.rollSize {
+		if fi, err := g.fs.Stat(segName(g.dir, t.seg)); err == nil && fi.Size() == int64(t.off) {
+			pos = t
 		}
 	}
 	return g.use(pos)
