@@ -146,11 +146,11 @@ func (s *Store) checkRecord(k, v []byte, r *CheckReport, seen map[[32]byte]bool)
 		// A body that does not parse may be a malformed event (judged
 		// invalid, not damage): only a valid verdict's body must parse,
 		// which the verdict's check below sees to.
-		_, _, err := decodeEvent(k, v)
+		_, _, err := s.decodeEvent(k, v)
 		return err
 	case prefixAlternate:
 		if len(v) != 0 {
-			_, _, err := decodeEvent(k, v)
+			_, _, err := s.decodeEvent(k, v)
 			return err
 		}
 	case prefixVerdict:
@@ -170,7 +170,7 @@ func (s *Store) checkRecord(k, v []byte, r *CheckReport, seen map[[32]byte]bool)
 		case ev == nil:
 			return corrupt(k, errors.New("valid verdict without its event"))
 		}
-		_, raw, err := decodeEvent(eventKey(&id), ev)
+		_, raw, err := s.decodeEvent(eventKey(&id), ev)
 		if err != nil {
 			return err
 		}

@@ -80,13 +80,23 @@ func corrupt(key []byte, err error) *CorruptError {
 	return &CorruptError{Key: append([]byte(nil), key...), Err: err}
 }
 
-// decodeEvent splits an E or A value into its first relay and raw bytes.
-func decodeEvent(key, v []byte) (relay uint32, raw []byte, err error) {
+// decodeEvent splits an E or A value into its first relay and raw bytes,
+// reading them from the segment log when v points there (version 3; raw
+// is then the caller's own). Every reader of event bodies comes here: a
+// body that cannot be read back is a *CorruptError of key, whichever
+// kind of value held it.
+func (s *Store) decodeEvent(key, v []byte) (relay uint32, raw []byte, err error) {
 	n := eventHeaderSize(v)
 	if n == 0 {
 		return 0, nil, corrupt(key, fmt.Errorf("event record of %d bytes, version %v", len(v), v[:min(len(v), 1)]))
 	}
-	return binary.BigEndian.Uint32(v[1:5]), v[n:], nil
+	relay = binary.BigEndian.Uint32(v[1:5])
+	if v[0] != eventV3 {
+		return relay, v[n:], nil
+	}
+	loc := segLoc{segPos: segPos{seg: binary.BigEndian.Uint32(v[9:]), off: binary.BigEndian.Uint32(v[13:])}, n: binary.BigEndian.Uint32(v[17:])}
+	raw, err = s.segs.read(key, loc)
+	return relay, raw, err
 }
 
 // decodeVerdict splits a V value.

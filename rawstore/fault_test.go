@@ -1,6 +1,7 @@
 package rawstore_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -191,5 +192,63 @@ func TestNoSpaceInBackgroundFlush(t *testing.T) {
 	}
 	if st := mustStats(t, s); st.Events < int64(len(committed)) {
 		t.Errorf("%d events counted, %d committed", st.Events, len(committed))
+	}
+}
+
+// ENOSPC writing event bodies to the segment log: the ingest fails with
+// ErrNoSpace naming the directory, as Pebble's ENOSPC does, the store
+// takes no more writes, and every batch whose Ingest returned nil reads
+// back whole after reopening (the bodies written before the failure but
+// never committed are garbage past the committed tail).
+func TestNoSpaceInSegmentWrite(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "archive")
+	full := &diskFull{files: func(p string) bool { return filepath.Ext(p) == ".seg" }}
+	s, err := rawstore.Open(rawstore.Options{Dir: dir, FS: errorfs.Wrap(vfs.Default, full)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := s.RelayIndex("ws://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := map[[32]byte][]byte{}
+	for i := 0; i < 1000; i += 100 {
+		if i == 500 {
+			full.on.Store(true)
+		}
+		b := batch(relay, i, i+100)
+		if _, err = s.Ingest(b); err != nil {
+			break
+		}
+		for _, c := range b.Events {
+			committed[c.ID] = c.Raw
+		}
+	}
+	if !errors.Is(err, rawstore.ErrNoSpace) || !strings.Contains(err.Error(), dir) || len(committed) != 500 {
+		t.Fatalf("ingest after %d events while segment writes fail with ENOSPC: %v, want ErrNoSpace naming %s after 500", len(committed), err, dir)
+	}
+	if _, err := s.Ingest(batch(relay, 2000, 2001)); !errors.Is(err, rawstore.ErrNoSpace) || !errors.Is(s.Failed(), rawstore.ErrNoSpace) {
+		t.Errorf("write after the failure: %v (Failed: %v), want ErrNoSpace", err, s.Failed())
+	}
+	_ = within(t, 20*time.Second, "Close", s.Close)
+
+	s, err = rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("reopen once space is back: %v", err)
+	}
+	defer s.Close()
+	for id, raw := range committed {
+		if h, err := s.Lookup(id); err != nil || !bytes.Equal(h.Primary, raw) {
+			t.Fatalf("event %x committed before the disk filled: %d bytes after reopen, %v", id[:4], len(h.Primary), err)
+		}
+	}
+	if st := mustStats(t, s); st.Events != int64(len(committed)) {
+		t.Errorf("%d events counted, %d committed", st.Events, len(committed))
+	}
+	if _, err := s.Ingest(batch(relay, 500, 600)); err != nil {
+		t.Fatalf("ingest after reopening: %v", err)
+	}
+	if rep, err := s.Check(); err != nil || rep.Damaged != 0 || rep.Events != 600 {
+		t.Errorf("check: %d events, %d damaged, %v; want 600, none", rep.Events, rep.Damaged, err)
 	}
 }

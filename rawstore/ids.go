@@ -95,12 +95,19 @@ func (s *Store) EnsureIDIndex() error {
 		if err != nil {
 			return fmt.Errorf("rawstore: build id index: %w", err)
 		}
-		if len(it.Key()) != 1+idLen || len(v) < eventHeaderLen {
+		if len(it.Key()) != 1+idLen || eventHeaderSize(v) == 0 {
 			continue
 		}
-		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: eventRaw(v)}
+		relay, raw, err := s.decodeEvent(it.Key(), v)
+		if err != nil {
+			if s.noteDamage(err) {
+				continue // a body that cannot be read back has no time to index
+			}
+			return fmt.Errorf("rawstore: build id index: %w", err)
+		}
+		c := Copy{ID: [32]byte(it.Key()[1:]), Raw: raw}
 		if ts, ok := copyTime(&c); ok {
-			indexID(b, &c.ID, ts, binary.BigEndian.Uint32(v[1:5]))
+			indexID(b, &c.ID, ts, relay)
 		}
 		if b.Len() > 4<<20 {
 			if err := s.gate("build id index", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
@@ -253,7 +260,15 @@ func (s *Store) countServedScan(relay uint32, since, until uint64, match func(ra
 				return pit.Error()
 			}
 		}
-		if match == nil || match(eventRaw(v)) {
+		if match == nil {
+			n++
+			return nil
+		}
+		_, raw, err := s.decodeEvent(eit.Key(), v)
+		if err != nil {
+			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
+		}
+		if match(raw) {
 			n++
 		}
 		return nil

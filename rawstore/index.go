@@ -284,7 +284,7 @@ func (s *Store) indexStored(b *pebble.Batch, id *[32]byte) error {
 	if err != nil || v == nil {
 		return err
 	}
-	_, raw, err := decodeEvent(k, v)
+	_, raw, err := s.decodeEvent(k, v)
 	if err != nil {
 		return err
 	}

@@ -122,8 +122,12 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
 	}
+	bodies, err := s.writeBodies(in, known)
+	if err != nil {
+		return IngestResult{}, err
+	}
 	s.ingestMu.Lock()
-	res, err := s.ingestLocked(in, known, gen)
+	res, err := s.ingestLocked(in, known, gen, bodies)
 	s.ingestMu.Unlock()
 	if err != nil || s.sync != pebble.Sync {
 		return res, err
@@ -140,10 +144,63 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	return res, nil
 }
 
+// written is where writeBodies put the bodies of a batch's new copies.
+type written struct {
+	locs []segLoc // by index in Batch.Events; seg 0: not written
+	end  segPos   // the end of the last record (seg 0: none written)
+}
+
+// writeBodies appends to the segment log the bytes of every copy of in
+// that the lookup found new (or damaged), the first of each id, and
+// syncs them unless the store is NoSync: the batch that points at them
+// must not become durable before them. It runs outside ingestMu, so
+// concurrent ingests overlap their writes and syncs like their WAL syncs
+// (see Ingest); a body whose id a concurrent ingest stored first stays
+// behind, unreferenced.
+func (s *Store) writeBodies(in *Batch, known map[[32]byte][]byte) (written, error) {
+	var w written
+	var bodies [][]byte
+	var idx []int
+	size := 0
+	first := make(map[[32]byte]bool, len(in.Events))
+	for i := range in.Events {
+		c := &in.Events[i]
+		if v, ok := known[c.ID]; (ok && v[0] != damagedCopy[0]) || first[c.ID] {
+			continue
+		}
+		first[c.ID] = true
+		bodies = append(bodies, c.Raw)
+		idx = append(idx, i)
+		size += segRecHeader + len(c.Raw)
+	}
+	if len(bodies) == 0 {
+		return w, nil
+	}
+	what := "write event bodies for relay " + s.RelayURL(in.Relay)
+	var locs []segLoc
+	if err := s.gate(what, size, func() (err error) {
+		locs, w.end, err = s.segs.appendBodies(bodies)
+		return err
+	}); err != nil {
+		return w, err
+	}
+	if s.sync == pebble.Sync {
+		if err := s.gate("sync "+what, 0, func() error { return s.segs.syncTo(w.end) }); err != nil {
+			return w, err
+		}
+	}
+	w.locs = make([]segLoc, len(in.Events))
+	for j, i := range idx {
+		w.locs[i] = locs[j]
+	}
+	return w, nil
+}
+
 // ingestLocked is Ingest under ingestMu, without the sync. inBatch holds
 // the stored copies a lookup at generation gen found; copies put in this
-// batch join it (Pebble cannot read them back).
-func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64) (IngestResult, error) {
+// batch join it (Pebble cannot read them back). bodies says where the
+// new copies' bytes are.
+func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64, bodies written) (IngestResult, error) {
 	var res IngestResult
 	seen := s.now()
 	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
@@ -165,7 +222,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		if m, ok := added[c.ID]; ok {
 			stored, first, damaged = m.Raw, in.Relay, false
 		} else if stored != nil {
-			stored = eventRaw(stored)
+			stored = inlineRaw(stored)
 		}
 		if damaged {
 			// Its verdict judged bytes that are gone: forget it, and
@@ -182,12 +239,17 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 		}
 		switch {
 		case stored == nil:
+			if bodies.locs == nil || bodies.locs[i].seg == 0 {
+				// writeBodies wrote every id its lookup did not find,
+				// and catchUp only finds more.
+				return res, fmt.Errorf("rawstore: no body written for new event %x", c.ID[:8])
+			}
 			if s.ids != nil {
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
 			added[c.ID] = c
 			ts, ok := copyTime(c)
-			fresh = append(fresh, newCopy{c: c, seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
+			fresh = append(fresh, newCopy{c: c, loc: bodies.locs[i], seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
 			if !damaged {
 				newIDs++
 				res.New++
@@ -287,9 +349,17 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 	if record != nil {
 		_ = b.Set(relayKey(in.Relay), relayRecord(s.RelayURL(in.Relay), record), nil)
 	}
+	tail := s.segs.tail
+	if tail.less(bodies.end) {
+		// The end of every record of committed batches: what a
+		// writable open keeps (see openSegments).
+		tail = bodies.end
+		_ = b.Set(segTailKey, tail.encode(), nil)
+	}
 	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return res, err
 	}
+	s.segs.tail = tail
 	if len(added) > 0 {
 		ids := make(map[[32]byte]struct{}, len(added))
 		for id := range added {
@@ -306,6 +376,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64)
 // newCopy is a primary copy ingest stores: its copy and queue seq.
 type newCopy struct {
 	c    *Copy
+	loc  segLoc // its bytes in the segment log
 	seq  uint64
 	ts   uint64 // created_at, for the T key
 	tsOK bool   // false: unreadable, no T key
@@ -317,9 +388,8 @@ type newCopy struct {
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
-// as much as the sets. E values (header, then the copy's bytes) are
-// written into the batch in place: building each apart first cost an
-// allocation and a copy of every event body.
+// as much as the sets. E values point into the segment log (version 3)
+// and are written into the batch in place.
 func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	order := make([]*newCopy, len(fresh))
 	for i := range fresh {
@@ -332,13 +402,11 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 		return bytes.Compare(x.c.ID[:], y.c.ID[:])
 	}
 	slices.SortFunc(order, byID)
-	hdr := eventHeader(seen, 0)
-	binary.BigEndian.PutUint32(hdr[1:], relay)
 	for _, f := range order {
-		op := b.SetDeferred(1+idLen, len(hdr)+len(f.c.Raw))
+		op := b.SetDeferred(1+idLen, eventLenV3)
 		op.Key[0] = prefixEvent
 		copy(op.Key[1:], f.c.ID[:])
-		copy(op.Value[copy(op.Value, hdr):], f.c.Raw)
+		putSegValue(op.Value, relay, seen, f.loc)
 		_ = op.Finish()
 	}
 	slices.SortFunc(order, func(x, y *newCopy) int {
@@ -395,8 +463,10 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 		}
 		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
 			v, err := value(it)
+			var relay uint32
+			var raw []byte
 			if err == nil {
-				_, _, err = decodeEvent(k, v)
+				relay, raw, err = s.decodeEvent(k, v)
 			}
 			if err != nil {
 				// The stored copy cannot be read back: this copy
@@ -406,7 +476,12 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 				found[[32]byte(k[1:])] = damagedCopy
 				continue
 			}
-			found[[32]byte(k[1:])] = append([]byte(nil), v...)
+			if v[0] == eventV3 {
+				// Resolved, for ingest to compare a copy's bytes.
+				found[[32]byte(k[1:])] = eventValue(relay, uint32(eventSeen(v)), raw)
+			} else {
+				found[[32]byte(k[1:])] = append([]byte(nil), v...)
+			}
 		} else if err := it.Error(); err != nil {
 			if !s.noteDamage(corruptIf(k, err)) {
 				return nil, err

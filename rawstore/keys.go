@@ -4,7 +4,7 @@ import "encoding/binary"
 
 // Key prefixes. Integers are big-endian so byte order is numeric order.
 const (
-	prefixEvent     = 'E' // E|id -> header|raw: the primary copy of an id (header: 1|relay, or 2|relay|first seen; see seen.go)
+	prefixEvent     = 'E' // E|id -> header|raw: the primary copy of an id (header: 1|relay, or 2|relay|first seen; see seen.go), or 3|relay|first seen|segment|offset|length: its bytes in the segment log (segment.go)
 	prefixAlternate = 'A' // A|id|sha256(raw) -> header|raw, or empty once resolved: copies whose bytes differ from the primary
 	prefixPending   = 'P' // P|seq -> id[|h8]: the verify queue
 	prefixVerdict   = 'V' // V|id -> status|relay|reason: verdict on the primary copy
@@ -16,7 +16,7 @@ const (
 	prefixRelay     = 'N' // N|relay -> crawl-owned relay record (url first)
 	prefixCounter   = 'C' // C|name -> int64 (merge operands are deltas)
 	prefixMalformed = 'M' // M|sha256(raw) -> (empty): malformed frames already quarantined
-	prefixInternal  = 'X' // X|name -> the store's own bookkeeping (see scanKey)
+	prefixInternal  = 'X' // X|name -> the store's own bookkeeping (see scanKey, segTailKey)
 	prefixNote      = 'D' // D|kind|url -> daemon-owned note on a relay URL (see PutNotes)
 )
 

@@ -179,7 +179,7 @@ func (q *query) seekBody(it *pebble.Iterator, ek []byte, arena *[]byte) (bool, e
 	v, err := value(it)
 	var raw []byte
 	if err == nil {
-		_, raw, err = decodeEvent(ek, v)
+		_, raw, err = q.s.decodeEvent(ek, v)
 	}
 	if err != nil {
 		return false, q.skipDamaged(it, ek, err, "read event")

@@ -21,7 +21,7 @@ func TestRepairedPrimaryWaitsForVerdict(t *testing.T) {
 	const n = 3000
 	dir := filepath.Join(t.TempDir(), "archive")
 	storetest.FillWith(t, rawstore.Options{Dir: dir}, "ws://127.0.0.1:1", n)
-	storetest.Garble(t, dir, ".blob", 4096)
+	storetest.Garble(t, dir, ".seg", 4096)
 	s, err := rawstore.Open(rawstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -259,7 +259,7 @@ func (q *query) load(id []byte) (*event.Event, []byte, error) {
 		if ev == nil {
 			err = corrupt(ek, errors.New("valid verdict without its event"))
 		} else {
-			_, raw, err = decodeEvent(ek, ev)
+			_, raw, err = q.s.decodeEvent(ek, ev)
 		}
 	}
 	if err != nil {

@@ -24,8 +24,12 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 			for i := range between { // ids 0 and 1 are stored by the first two
 				mustIngest(t, s, &Batch{Relay: r, Events: []Copy{{ID: id(i), Raw: []byte(fmt.Sprintf("good%d", i))}}})
 			}
+			bodies, err := s.writeBodies(late, known)
+			if err != nil {
+				t.Fatal(err)
+			}
 			s.ingestMu.Lock()
-			res, err := s.ingestLocked(late, known, gen)
+			res, err := s.ingestLocked(late, known, gen, bodies)
 			s.ingestMu.Unlock()
 			if err != nil {
 				t.Fatal(err)

@@ -206,7 +206,7 @@ func (s *Store) readEvent(it *pebble.Iterator) (uint32, []byte, error) {
 		s.noteDamage(err)
 		return 0, nil, err
 	}
-	relay, raw, err := decodeEvent(it.Key(), v)
+	relay, raw, err := s.decodeEvent(it.Key(), v)
 	if err != nil {
 		s.noteDamage(err)
 	}
@@ -230,7 +230,7 @@ func (s *Store) pendingAlternate(it, _ *pebble.Iterator, p *Pending) bool {
 		var relay uint32
 		var raw []byte
 		if err == nil {
-			relay, raw, err = decodeEvent(k, v)
+			relay, raw, err = s.decodeEvent(k, v)
 		}
 		if err != nil {
 			s.noteDamage(err)

@@ -7,16 +7,20 @@ import (
 )
 
 // First-seen times, in unix seconds (0: unknown). An E or A value is
-// version|relay(4)|raw in version 1 (archives from before the times) and
+// version|relay(4)|raw in version 1 (archives from before the times),
 // version|relay(4)|seen(4)|raw in version 2: when that copy was first
-// received. An R value is when that later relay first served the id,
+// received, and version|relay(4)|seen(4)|segment(4)|offset(4)|length(4)
+// in version 3, whose bytes are in the segment log (see segment.go).
+// Every reader goes through Store.decodeEvent, which resolves all three. An R value is when that later relay first served the id,
 // written as a merge operand so that a repeated sighting, a blind write
 // like the empty R value it replaces, never moves it later (see
 // firstSeenMerger).
 const (
 	eventV1          = 1
 	eventV2          = 2
+	eventV3          = 3
 	eventHeaderLenV2 = eventHeaderLen + 4
+	eventLenV3       = eventHeaderLenV2 + 12
 )
 
 // eventValue is the E or A value of a copy first received from relay at
@@ -41,21 +45,43 @@ func eventHeader(seen uint32, rawLen int) []byte {
 	return v
 }
 
+// segValue is the E value of a copy first received from relay at seen
+// (0: unknown) whose bytes are at loc in the segment log.
+func segValue(relay, seen uint32, loc segLoc) []byte {
+	v := make([]byte, eventLenV3)
+	putSegValue(v, relay, seen, loc)
+	return v
+}
+
+// putSegValue writes segValue's bytes into v.
+func putSegValue(v []byte, relay, seen uint32, loc segLoc) {
+	v[0] = eventV3
+	binary.BigEndian.PutUint32(v[1:], relay)
+	binary.BigEndian.PutUint32(v[5:], seen)
+	binary.BigEndian.PutUint32(v[9:], loc.seg)
+	binary.BigEndian.PutUint32(v[13:], loc.off)
+	binary.BigEndian.PutUint32(v[17:], loc.n)
+}
+
 // eventHeaderSize is the header length of an E or A value, 0 if v is not
-// one.
+// one. A version 3 value is all header.
 func eventHeaderSize(v []byte) int {
 	switch {
 	case len(v) >= eventHeaderLen && v[0] == eventV1:
 		return eventHeaderLen
 	case len(v) >= eventHeaderLenV2 && v[0] == eventV2:
 		return eventHeaderLenV2
+	case len(v) == eventLenV3 && v[0] == eventV3:
+		return eventLenV3
 	}
 	return 0
 }
 
-// eventRaw is the copy's bytes in an E or A value (nil if v is not one).
-func eventRaw(v []byte) []byte {
-	if n := eventHeaderSize(v); n > 0 {
+// inlineRaw is the copy's bytes in an E or A value that holds them
+// (versions 1 and 2, and what lookup resolves version 3 to); nil if v is
+// not one.
+func inlineRaw(v []byte) []byte {
+	if n := eventHeaderSize(v); n > 0 && v[0] != eventV3 {
 		return v[n:]
 	}
 	return nil
@@ -63,7 +89,7 @@ func eventRaw(v []byte) []byte {
 
 // eventSeen is when the copy of an E or A value was first received.
 func eventSeen(v []byte) int64 {
-	if eventHeaderSize(v) == eventHeaderLenV2 {
+	if n := eventHeaderSize(v); n >= eventHeaderLenV2 {
 		return int64(binary.BigEndian.Uint32(v[eventHeaderLen:]))
 	}
 	return 0

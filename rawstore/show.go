@@ -2,7 +2,6 @@ package rawstore
 
 import (
 	"bytes"
-	"encoding/binary"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -46,7 +45,9 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 		return h, err
 	}
 	if eventHeaderSize(v) > 0 {
-		h.Primary, h.PrimaryRelay = eventRaw(v), binary.BigEndian.Uint32(v[1:5])
+		if h.PrimaryRelay, h.Primary, err = s.decodeEvent(eventKey(&id), v); err != nil {
+			return h, err
+		}
 		h.Verdict = "pending"
 	}
 	vd, err := s.get(verdictKey(&id))
@@ -71,7 +72,12 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 	}
 	for it.First(); it.Valid(); it.Next() {
 		if v := it.Value(); eventHeaderSize(v) > 0 { // empty once resolved
-			h.Alternates = append(h.Alternates, HeldCopy{Relay: binary.BigEndian.Uint32(v[1:5]), Raw: bytes.Clone(eventRaw(v)), Seen: eventSeen(v)})
+			relay, raw, err := s.decodeEvent(it.Key(), v)
+			if err != nil {
+				_ = it.Close()
+				return h, err
+			}
+			h.Alternates = append(h.Alternates, HeldCopy{Relay: relay, Raw: bytes.Clone(raw), Seen: eventSeen(v)})
 		}
 	}
 	if err := it.Close(); err != nil {

@@ -39,7 +39,7 @@ func BenchmarkSightingBytes(b *testing.B) {
 		tables := make([]int64, k+1) // .sst bytes: keys, and values kept in line
 		prov := make([]uint64, k+1)  // of which R keys (Pebble's estimate)
 		sight := make([]uint64, k+1) // and H keys
-		var blobs int64              // .blob bytes: event bodies, untouched by later sightings
+		var blobs int64              // .seg bytes: event bodies, untouched by later sightings
 		for r := 1; r <= k; r++ {
 			idx, err := s.RelayIndex(fmt.Sprintf("wss://relay%d.example", r))
 			if err != nil {
@@ -58,7 +58,7 @@ func BenchmarkSightingBytes(b *testing.B) {
 			}
 			tables[r] = filesBytes(b, dir, ".sst")
 			if r == 1 {
-				blobs = filesBytes(b, dir, ".blob")
+				blobs = filesBytes(b, dir, ".seg")
 			}
 			if prov[r], err = s.db.EstimateDiskUsage([]byte{prefixProven}, []byte{prefixProven + 1}); err != nil {
 				b.Fatal(err)

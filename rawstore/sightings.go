@@ -156,7 +156,7 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 			v, err := s.get(eventKey(&id))
 			if err == nil && v != nil {
 				var relay uint32
-				if relay, _, err = decodeEvent(eventKey(&id), v); err == nil {
+				if relay, _, err = s.decodeEvent(eventKey(&id), v); err == nil {
 					_ = b.Set(sightingKey(relay, ts, &id), nil, nil)
 				}
 			}
@@ -237,7 +237,14 @@ func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw
 		if err != nil {
 			return n, fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
 		}
-		if len(v) >= eventHeaderLen && match(eventRaw(v)) {
+		if len(v) < eventHeaderLen {
+			continue
+		}
+		_, raw, err := s.decodeEvent(eit.Key(), v)
+		if err != nil {
+			return n, fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+		}
+		if match(raw) {
 			n++
 		}
 	}

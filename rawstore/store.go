@@ -1,12 +1,14 @@
-// Package rawstore is the archive on disk: a Pebble database holding each
-// event's bytes exactly as a relay sent them, keyed by the 32-byte id the
-// receive path scanned from them, plus the verify queue, verdicts,
-// provenance, crawl cursors and counters.
+// Package rawstore is the archive on disk: each event's bytes exactly as
+// a relay sent them, in an append-only segment log (segment.go), indexed
+// by the 32-byte id the receive path scanned from them in a Pebble
+// database that also holds the verify queue, verdicts, provenance, crawl
+// cursors and counters.
 //
 // Two rules shape it (docs/ARCHITECTURE.md has the key space):
 //   - a new event costs two keys (E and P); a duplicate costs a lookup;
 //   - crawl state (cursors) is written in the same batch as the events it
-//     has passed, so a crash can lose both or neither.
+//     has passed, after their bodies are synced to the log, so a crash
+//     can lose both or neither.
 package rawstore
 
 import (
@@ -119,6 +121,7 @@ type Store struct {
 	faults     *faults
 	recent     recentCommits // lets Ingest look ids up outside ingestMu
 	ids        *idFilter     // proves ids new without a lookup; nil read-only
+	segs       *segments     // the event bodies (see segment.go)
 
 	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
 
@@ -204,7 +207,8 @@ func Open(opts Options) (_ *Store, err error) {
 		// of 47-53; a random Get reads 16 KiB, still one block.
 		po.Levels[i].BlockSize = opts.BlockSize
 	}
-	// Event bodies go to blob files: compactions then move small keys,
+	// Bodies still held in Pebble (archives from before the segment log,
+	// alternates, quarantined copies) go to blob files: compactions then move small keys,
 	// not the bodies, which is most of the write amplification of random
 	// ids (measured in BenchmarkIngest). Every flush of random ids spans
 	// the whole key space, so each adds one to the blob reference depth of
@@ -242,6 +246,10 @@ func Open(opts Options) (_ *Store, err error) {
 	if err := s.load(); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if s.segs, err = s.openSegments(fs); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
 	if !opts.ReadOnly {
 		if err := s.markIDIndexIfEmpty(); err != nil {
@@ -368,8 +376,12 @@ func (s *Store) Close() error {
 		close(s.trimStop)
 		<-s.trimDone
 	}
+	serr := s.segs.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("rawstore: close: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("rawstore: close segments: %w", serr)
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func (s *Store) Load(p *Pending) error {
 	if p.Variant != nil && len(v) == 0 {
 		return nil // a resolved alternate
 	}
-	p.Relay, p.Raw, err = decodeEvent(key, v)
+	p.Relay, p.Raw, err = s.decodeEvent(key, v)
 	p.Seen = eventSeen(v)
 	return err
 }
@@ -222,14 +222,26 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		if cur != nil { // invalid primary
 			a.count(CounterInvalid, -1)
 			if old != nil {
-				a.quarantine(binary.BigEndian.Uint32(old[1:5]), string(cur[5:]), &p.ID, eventRaw(old))
-				h := sha256.Sum256(eventRaw(old))
+				relay, raw, err := a.s.decodeEvent(eventKey(&p.ID), old)
+				if err != nil {
+					return err
+				}
+				a.quarantine(relay, string(cur[5:]), &p.ID, raw)
+				h := sha256.Sum256(raw)
 				_ = a.b.Set(altKey(&p.ID, h[:]), nil, nil)
 			}
 		} else {
 			a.count(CounterPending, -1)
-			if old != nil && !bytes.Equal(eventRaw(old), p.Raw) {
-				h := sha256.Sum256(eventRaw(old))
+			var raw []byte
+			if old != nil {
+				if _, raw, err = a.s.decodeEvent(eventKey(&p.ID), old); err != nil {
+					return err
+				}
+			}
+			if old != nil && !bytes.Equal(raw, p.Raw) {
+				// old goes on as an alternate, a pointer into the
+				// segment log if it was one.
+				h := sha256.Sum256(raw)
 				k := altKey(&p.ID, h[:])
 				_ = a.b.Set(k, old, nil)
 				_ = a.b.Set(seqKey(prefixPending, a.s.pendingSeq.Add(1)), k[1:], nil)
@@ -513,7 +525,7 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 		ev, err := value(eit)
 		var raw []byte
 		if err == nil {
-			_, raw, err = decodeEvent(ek, ev)
+			_, raw, err = s.decodeEvent(ek, ev)
 		} else {
 			unexhaust(eit, ek)
 		}

@@ -250,7 +250,7 @@ func TestNegListsOnlyServed(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
 	storetest.FillWith(t, rawstore.Options{Dir: dir}, "wss://fill.example", n)
-	storetest.Garble(t, dir, ".blob", 4096)
+	storetest.Garble(t, dir, ".seg", 4096)
 	s, err := rawstore.Open(rawstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

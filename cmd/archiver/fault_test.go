@@ -97,7 +97,7 @@ func TestDamagedArchiveRepair(t *testing.T) {
 	if code, _, stderr := runFor(t, time.Minute, "reprocess", "--data", data); code != 0 {
 		t.Fatalf("reprocess: exit %d\n%s", code, tail(stderr))
 	}
-	storetest.Garble(t, data, ".blob", 4096)
+	storetest.Garble(t, data, ".seg", 4096)
 
 	code, stdout, stderr := runFor(t, time.Minute, "check", "--data", data)
 	if code != 1 || !strings.Contains(stdout, "damaged record event") || !strings.Contains(stderr, "archiver repair") {
@@ -155,7 +155,7 @@ func TestCrawlLineNamesDamage(t *testing.T) {
 	if code, _, stderr := runFor(t, time.Minute, "reprocess", "--data", data); code != 0 {
 		t.Fatalf("reprocess: exit %d\n%s", code, tail(stderr))
 	}
-	storetest.Garble(t, data, ".blob", 4096)
+	storetest.Garble(t, data, ".seg", 4096)
 	// A range of its own is a new job: every event is paged again, and
 	// the ingest meets the damaged copies.
 	code, _, stderr = runFor(t, time.Minute, "crawl", "--data", data, "--since", fmt.Sprint(f.Since), r.URL())

@@ -107,8 +107,9 @@ func AllValid(items []rawstore.Pending, vs []rawstore.Verdict) error {
 	return nil
 }
 
-// Garble overwrites size bytes in the middle of the largest file in dir
-// whose name ends in ext (".blob", ".sst") and returns its name.
+// Garble overwrites size bytes in the middle of the largest file in dir,
+// or in its segment log (dir/segments), whose name ends in ext (".seg",
+// ".blob", ".sst") and returns its name.
 func Garble(t testing.TB, dir, ext string, size int) string {
 	t.Helper()
 	return GarbleAt(t, dir, ext, size, 0.5)
@@ -118,6 +119,9 @@ func Garble(t testing.TB, dir, ext string, size int) string {
 func GarbleAt(t testing.TB, dir, ext string, size int, at float64) string {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "*"+ext))
+	if segs, _ := filepath.Glob(filepath.Join(dir, "segments", "*"+ext)); err == nil {
+		names = append(names, segs...)
+	}
 	if err != nil || len(names) == 0 {
 		t.Fatalf("no %s file in %s (%v)", ext, dir, err)
 	}
