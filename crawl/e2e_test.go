@@ -40,7 +40,13 @@ type archive struct {
 
 func openArchive(t *testing.T) *archive {
 	t.Helper()
-	st, err := rawstore.Open(rawstore.Options{Dir: t.TempDir()})
+	return openArchiveAt(t, t.TempDir())
+}
+
+// openArchiveAt opens the archive in dir, closed when the test ends.
+func openArchiveAt(t *testing.T, dir string) *archive {
+	t.Helper()
+	st, err := rawstore.Open(rawstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
