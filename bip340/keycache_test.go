@@ -9,7 +9,8 @@ import (
 func TestKeyCacheBounded(t *testing.T) {
 	const capacity = 64
 	c := NewKeyCache(capacity)
-	sigs := makeSigned(t, "bounded", 300, 300) // 300 distinct authors
+	n := iterations(300, 160) // distinct authors, well over the capacity
+	sigs := makeSigned(t, "bounded", n, n)
 	for i := range sigs {
 		s := &sigs[i]
 		if err := c.Verify(&s.pub, &s.msg, &s.sig); err != nil {

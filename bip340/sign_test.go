@@ -52,7 +52,7 @@ func TestSignVectors(t *testing.T) {
 // from the last one for the same message (aux randomness is used), and
 // fails once a bit of the message is flipped.
 func TestSignRoundTrip(t *testing.T) {
-	for i := range 64 {
+	for i := range iterations(64, 16) {
 		seed := sha256.Sum256([]byte("sign round trip " + strconv.Itoa(i)))
 		k, err := NewPrivateKey(seed[:])
 		if err != nil {
