@@ -43,6 +43,17 @@ var fullFixture = FixtureOptions{
 	Duplicates: 10, Lookalikes: 10, Varied: 20,
 }
 
+// fixtureCache is where the tests that are not about generating a
+// fixture cache theirs across runs, as the other packages' tests do (""
+// without a cache dir: then each run signs its own).
+func fixtureCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "archiver-test-fixtures")
+}
+
 func generate(t testing.TB, o FixtureOptions) *Fixture {
 	t.Helper()
 	f, err := Generate(o)
@@ -301,7 +312,7 @@ func TestFixtureOptionsValidate(t *testing.T) {
 // back, splitting the wall second by kind, then by author, as a crawler
 // would.
 func TestFixtureThroughRelay(t *testing.T) {
-	o := FixtureOptions{Seed: 11, Events: 2000, Wall: 1000, Duplicates: 5, Varied: 5}
+	o := FixtureOptions{Seed: 11, Events: 2000, Wall: 1000, Duplicates: 5, Varied: 5, CacheDir: fixtureCache()}
 	f := generate(t, o)
 	r := newRelay(t, Options{}, f.Items...)
 	c := dial(t, r.URL())
