@@ -43,15 +43,15 @@ func TestCompleteness(t *testing.T) {
 	}{
 		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 1500, Future: 50, FarFuture: 5},
 			relay: testrelay.Options{}, finish: crawl.FinishDrained},
-		{name: "duplicate frames beyond the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 1500, Wall: 1500},
+		{name: "duplicate frames beyond the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 500, Wall: 1500},
 			relay: with(clamped, func(o *testrelay.Options) { o.DuplicateEvery = 200; o.SupportCount = true }), finish: crawl.FinishDrained},
-		{name: "duplicate frames inside the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 1500, Wall: 1500},
+		{name: "duplicate frames inside the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 500, Wall: 1500},
 			relay: with(clamped, func(o *testrelay.Options) {
 				o.DuplicateEvery, o.DuplicateInLimit, o.SupportCount = 200, true, true
 			}), finish: crawl.FinishDrained},
-		{name: "wall of authors no page shows", fixture: testrelay.FixtureOptions{Seed: 13, Events: 1500, HiddenWall: 1500},
+		{name: "wall of authors no page shows", fixture: testrelay.FixtureOptions{Seed: 13, Events: 500, HiddenWall: 1500},
 			relay: with(clamped, func(o *testrelay.Options) { o.SupportCount = true }), finish: crawl.FinishDrained},
-		{name: "wall only a tag split fits", fixture: testrelay.FixtureOptions{Seed: 14, Events: 1500, TagWall: 800},
+		{name: "wall only a tag split fits", fixture: testrelay.FixtureOptions{Seed: 14, Events: 500, TagWall: 800},
 			relay: with(clamped, func(o *testrelay.Options) { o.MaxLimit = 120; o.SupportCount = true }), finish: crawl.FinishDrained},
 		{name: "pages drop events now and then", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 97}, finish: crawl.FinishDrained},
