@@ -32,6 +32,7 @@ func validIDs(t *testing.T, s *rawstore.Store) (map[[32]byte]bool, error) {
 // the reset forgot every verdict and the scan stopped at the checksum
 // mismatch, leaving the rest pending for ever.
 func TestGarbledBlob(t *testing.T) {
+	t.Parallel()
 	const n = 3000
 	for _, ext := range []string{".seg", ".sst"} {
 		t.Run(ext, func(t *testing.T) {

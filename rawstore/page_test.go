@@ -18,6 +18,7 @@ import (
 // QueryIDs (a NEG-OPEN's set) must too, where it read index keys alone
 // and listed it; once judged valid, both list it again.
 func TestRepairedPrimaryWaitsForVerdict(t *testing.T) {
+	t.Parallel()
 	const n = 3000
 	dir := filepath.Join(t.TempDir(), "archive")
 	storetest.FillWith(t, rawstore.Options{Dir: dir}, "ws://127.0.0.1:1", n)

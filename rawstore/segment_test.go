@@ -28,6 +28,7 @@ func segRaw(n int) []byte {
 // committed tail (the garbage a crash left behind included) so that the
 // archive goes on taking events.
 func TestCrashSegmentsKeepEventsBehindCursor(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	const relays, batches, size = 2, 40, 20
 	for round := range 12 {

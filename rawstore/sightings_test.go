@@ -147,6 +147,7 @@ func checkCounts(t *testing.T, s *Store, m *sightingModel, when string) {
 // With and without the sighting index, CountServed gives the model's
 // counts on randomized archives; a new store uses the index.
 func TestCountServedIndexMatchesScan(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(3) {
 		s := openTest(t)
 		if !s.SightingIndexReady() {
@@ -278,6 +279,7 @@ func hKeys(t *testing.T, s *Store) []string {
 // 20,000 events of another relay, counting a relay of 20 reads a few
 // blocks with the index, where the scan reads every block of the range.
 func TestCountServedCostFollowsRelay(t *testing.T) {
+	t.Parallel()
 	s := openTest(t)
 	<-s.idsDone // the id filter's build reads blocks too
 	big, _ := s.RelayIndex("wss://big.example")

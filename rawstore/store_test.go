@@ -262,6 +262,7 @@ func TestShardStateAndReopen(t *testing.T) {
 // A crash at any instant must never leave a cursor ahead of the events it
 // passed: the cursor is in the same batch as its events.
 func TestCrashNeverLosesEventsBehindCursor(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 20; round++ {
 		fs := vfs.NewCrashableMem()
