@@ -3,6 +3,7 @@ package bip340
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -71,7 +72,7 @@ func pick(rng *rand.Rand, pool []signed, n int) []signed {
 // batches of valid signatures, one at a time and all together.
 func TestVerifyBatchVectors(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	pool := makeSigned(t, "batch-vectors", 120, 40)
+	pool := makeSigned(t, "batch-vectors", iterations(120, 40), 40)
 	var vs []vector
 	for _, v := range loadVectors(t) {
 		if len(v.msg) == 32 {
@@ -101,14 +102,14 @@ func TestVerifyBatchVectors(t *testing.T) {
 	}
 	for _, v := range vs {
 		check([]signed{toSigned(v)}, map[int]vector{0: v})
-		for range 3 {
+		for range iterations(3, 1) {
 			sigs := pick(rng, pool, 1+rng.IntN(100))
 			pos := rng.IntN(len(sigs) + 1)
 			sigs = append(sigs[:pos], append([]signed{toSigned(v)}, sigs[pos:]...)...)
 			check(sigs, map[int]vector{pos: v})
 		}
 	}
-	for range 3 {
+	for range iterations(3, 1) {
 		// All vectors among 60 valid signatures, shuffled.
 		sigs := pick(rng, pool, 60)
 		from := make([]int, len(sigs)) // index in vs + 1; 0 for pool
@@ -249,9 +250,9 @@ func checkFlagged(t *testing.T, errs []error, forged map[int]forgery) {
 // (sizes 1 to 200, so also several chunks) holding 0 to 3 forgeries.
 func TestVerifyBatchForged(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	pool := makeSigned(t, "batch-forged", 200, 50)
+	pool := makeSigned(t, "batch-forged", iterations(200, 60), 50)
 	seen := map[string]bool{}
-	for range 60 {
+	for range iterations(60, 25) { // the first 25 batches try every forgery
 		sigs := pick(rng, pool, 1+rng.IntN(200))
 		bad := rng.Perm(len(sigs))[:min(len(sigs), rng.IntN(4))]
 		forged := forge(rng, sigs, bad)
@@ -292,7 +293,7 @@ func TestVerifyBatchEveryPosition(t *testing.T) {
 // and batches repeating one signature.
 func TestVerifyBatchManyBad(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	pool := makeSigned(t, "batch-many", 130, 30)
+	pool := makeSigned(t, "batch-many", iterations(130, 40), 30)
 	for _, n := range []int{2, 3, 5, 64, 65, 130} {
 		for _, frac := range []float64{0.1, 0.5, 1} {
 			t.Run(fmt.Sprintf("%d/%v", n, frac), func(t *testing.T) {
@@ -339,10 +340,10 @@ func TestVerifyBatchCancelling(t *testing.T) {
 // signatures mixed with random corruptions of them.
 func TestVerifyBatchDifferential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	pool := makeSigned(t, "batch-differential", 300, 60)
+	pool := makeSigned(t, "batch-differential", iterations(300, 80), 60)
 	c := NewKeyCache(64)
 	counts := map[error]int{}
-	for range 12 {
+	for range iterations(12, 4) {
 		sigs := pick(rng, pool, 1+rng.IntN(100))
 		for i := range sigs {
 			s := &sigs[i]
@@ -356,15 +357,18 @@ func TestVerifyBatchDifferential(t *testing.T) {
 			}
 		}
 		items := itemsOf(sigs)
+		want := make([]error, len(sigs))
+		for i, s := range sigs {
+			want[i] = refVerify(&s.pub, s.msg[:], &s.sig)
+		}
 		for _, verify := range []func([]Item, []error){VerifyBatch, c.VerifyBatch} {
 			errs := make([]error, len(items))
 			verify(items, errs)
 			for i, s := range sigs {
-				want := refVerify(&s.pub, s.msg[:], &s.sig)
-				if got := sentinel(t, errs[i]); got != want {
-					t.Fatalf("item %d of %d (%x, %x, %x) = %v, btcec says %v", i, len(sigs), s.pub, s.msg, s.sig, errs[i], want)
+				if got := sentinel(t, errs[i]); got != want[i] {
+					t.Fatalf("item %d of %d (%x, %x, %x) = %v, btcec says %v", i, len(sigs), s.pub, s.msg, s.sig, errs[i], want[i])
 				}
-				counts[want]++
+				counts[want[i]]++
 			}
 		}
 	}
@@ -416,14 +420,26 @@ func TestVerifyBatchLengthMismatch(t *testing.T) {
 }
 
 // TestVerifyBatchAllocs checks that a call's allocations do not grow
-// with the batch: scratch is pooled. (The race detector's sync.Pool drops
-// some items, hence a small average rather than zero.)
+// with the batch: scratch is pooled. The race detector's sync.Pool drops
+// a quarter of what is put back, at random, and a call that then finds it
+// empty allocates its scratch anew: under -race the fewest allocations of
+// ten calls are checked (their average failed one run in thirty), else
+// the average.
 func TestVerifyBatchAllocs(t *testing.T) {
 	c := NewKeyCache(0)
 	items := itemsOf(makeSigned(t, "batch-allocs", 200, 20))
 	errs := make([]error, len(items))
-	c.VerifyBatch(items, errs)
-	if a := testing.AllocsPerRun(10, func() { c.VerifyBatch(items, errs) }); a > 4 {
+	call := func() { c.VerifyBatch(items, errs) }
+	var a float64
+	if raceEnabled {
+		a = math.Inf(1)
+		for range 10 {
+			a = min(a, testing.AllocsPerRun(1, call))
+		}
+	} else {
+		a = testing.AllocsPerRun(10, call)
+	}
+	if a > 4 {
 		t.Fatalf("%v allocations per call of 200 items", a)
 	}
 }

@@ -24,7 +24,7 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	counts := map[error]int{}
-	for _, s := range makeSigned(t, "differential", 150, 40) {
+	for _, s := range makeSigned(t, "differential", iterations(150, 40), 40) {
 		if err := refVerify(&s.pub, s.msg[:], &s.sig); err != nil {
 			t.Fatalf("btcec rejects its own signature: %v", err)
 		}

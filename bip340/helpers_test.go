@@ -10,6 +10,17 @@ import (
 	"github.com/btcsuite/btcd/btcec/v2/schnorr"
 )
 
+// iterations returns full, or race when the tests run under the race
+// detector: the property loops it sizes drive one goroutine through pure
+// arithmetic, which -race slows about tenfold and has nothing to check in
+// (the concurrency tests keep their sizes). Without -race they run in full.
+func iterations(full, race int) int {
+	if raceEnabled {
+		return race
+	}
+	return full
+}
+
 // signed is one valid (pubkey, msg, sig) triple.
 type signed struct {
 	pub [32]byte
@@ -18,7 +29,9 @@ type signed struct {
 }
 
 // makeSigned returns n valid btcec signatures by `authors` distinct keys
-// (round-robin), derived deterministically from seed.
+// (round-robin), derived deterministically from seed. FastSign skips
+// btcec's check of each signature it makes, most of the signing time:
+// the tests verify them with btcec as the reference anyway.
 func makeSigned(tb testing.TB, seed string, n, authors int) []signed {
 	tb.Helper()
 	keys := make([]*btcec.PrivateKey, authors)
@@ -30,7 +43,7 @@ func makeSigned(tb testing.TB, seed string, n, authors int) []signed {
 	for i := range out {
 		k := keys[i%authors]
 		out[i].msg = sha256.Sum256(fmt.Appendf(nil, "%s/msg/%d", seed, i))
-		s, err := schnorr.Sign(k, out[i].msg[:])
+		s, err := schnorr.Sign(k, out[i].msg[:], schnorr.FastSign())
 		if err != nil {
 			tb.Fatal(err)
 		}

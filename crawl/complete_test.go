@@ -41,7 +41,7 @@ func TestCompleteness(t *testing.T) {
 		missing int    // valid events a relay never serves (the unproven case; -1: some)
 		proof   string // every range's proof when drained (default: count where the relay counts)
 	}{
-		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 3000, Future: 50, FarFuture: 5},
+		{name: "future-dated events", fixture: testrelay.FixtureOptions{Seed: 11, Events: 1500, Future: 50, FarFuture: 5},
 			relay: testrelay.Options{}, finish: crawl.FinishDrained},
 		{name: "duplicate frames beyond the clamp", fixture: testrelay.FixtureOptions{Seed: 12, Events: 1500, Wall: 1500},
 			relay: with(clamped, func(o *testrelay.Options) { o.DuplicateEvery = 200; o.SupportCount = true }), finish: crawl.FinishDrained},
@@ -53,42 +53,42 @@ func TestCompleteness(t *testing.T) {
 			relay: with(clamped, func(o *testrelay.Options) { o.SupportCount = true }), finish: crawl.FinishDrained},
 		{name: "wall only a tag split fits", fixture: testrelay.FixtureOptions{Seed: 14, Events: 1500, TagWall: 800},
 			relay: with(clamped, func(o *testrelay.Options) { o.MaxLimit = 120; o.SupportCount = true }), finish: crawl.FinishDrained},
-		{name: "pages drop events now and then", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "pages drop events now and then", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 97}, finish: crawl.FinishDrained},
-		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "pages always drop some events", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
 		// Relays that read since and until as strict bounds, against
 		// NIP-01: paging by until alone loses the rest of each second a
 		// page was cut in, and a wall's own second reads as empty.
-		{name: "until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+		{name: "until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 1500, Since: 1_700_000_000 - 300},
 			relay: testrelay.Options{MaxLimit: 137, UntilExclusive: true}, finish: crawl.FinishDrained},
-		{name: "since and until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Wall: 400},
+		{name: "since and until read as exclusive", fixture: testrelay.FixtureOptions{Seed: 19, Events: 1500, Wall: 400},
 			relay: with(clamped, func(o *testrelay.Options) {
 				o.SinceExclusive, o.UntilExclusive, o.SupportCount = true, true, true
 			}), finish: crawl.FinishDrained},
-		{name: "strict bounds, NIP-77", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+		{name: "strict bounds, NIP-77", fixture: testrelay.FixtureOptions{Seed: 19, Events: 1500, Since: 1_700_000_000 - 300},
 			relay:  testrelay.Options{MaxLimit: 137, SinceExclusive: true, UntilExclusive: true, NIP77: true, OmitEvery: 50, OmitForever: true},
 			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 		// Relays whose pages are not a range's newest events (see
 		// testrelay's options for the relays that do each).
-		{name: "stores that each apply the limit", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "stores that each apply the limit", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 50, SplitStores: 2}, finish: crawl.FinishUnproven, detail: "more events than the limit"},
-		{name: "stores that each apply the limit, COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "stores that each apply the limit, COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 50, SplitStores: 2, SupportCount: true}, finish: crawl.FinishDrained},
-		{name: "dangling index entries end scans", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "dangling index entries end scans", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, BrokenEvery: 300},
 			finish: crawl.FinishUnproven, detail: "empty page", missing: -1},
-		{name: "dangling index entries end scans, COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "dangling index entries end scans, COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, BrokenEvery: 300, SupportCount: true},
 			finish: crawl.FinishUnproven, detail: "the relay counts", missing: -1},
-		{name: "ties by id descending across page cuts", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Since: 1_700_000_000 - 300},
+		{name: "ties by id descending across page cuts", fixture: testrelay.FixtureOptions{Seed: 19, Events: 1500, Since: 1_700_000_000 - 300},
 			relay: testrelay.Options{MaxLimit: 137, TiesDescending: true}, finish: crawl.FinishDrained},
-		{name: "ties by id descending in a wall", fixture: testrelay.FixtureOptions{Seed: 19, Events: 3000, Wall: 400},
+		{name: "ties by id descending in a wall", fixture: testrelay.FixtureOptions{Seed: 19, Events: 1500, Wall: 400},
 			relay: with(clamped, func(o *testrelay.Options) { o.TiesDescending, o.SupportCount = true, true }), finish: crawl.FinishDrained},
-		{name: "CLOSED mid-page", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "CLOSED mid-page", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 200, ClosedEvery: 3, SupportCount: true}, finish: crawl.FinishDrained},
-		{name: "failed queries: NOTICE, then EOSE", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "failed queries: NOTICE, then EOSE", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay: testrelay.Options{MaxLimit: 200, FailQueryEvery: 7, Latency: 5 * time.Millisecond, PageWorkers: 4}, finish: crawl.FinishDrained},
 		// A relay that answers broad filters with nothing looks empty;
 		// without COUNT or NIP-77 nothing proves it is (see TestEmptyRelay).
@@ -97,7 +97,7 @@ func TestCompleteness(t *testing.T) {
 			finish: crawl.FinishUnproven, detail: "limit_scrapers", missing: 300},
 		// The same relay offering NIP-77: the audit reconciles each range,
 		// fetches by id what the pages never showed, and proves it.
-		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 3000},
+		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true, NIP77: true},
 			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 	} {

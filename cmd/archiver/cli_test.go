@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +42,28 @@ func forPeople(t *testing.T, what, s string) {
 			t.Errorf("%s: not for people: %q", what, l)
 		}
 	}
+}
+
+// refusedURL returns a ws:// URL on a loopback port that refuses every
+// connection for the rest of the test: a socket bound to the port and
+// never listening holds it. (A listener closed at once would free it for
+// the next relay a parallel test starts: TestLogFormat once crawled
+// another test's relay that way.)
+func refusedURL(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("ws://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // Bad input at the door is a usage error (exit 2) with its reason in one
@@ -97,12 +120,8 @@ func TestBadInputAtTheDoor(t *testing.T) {
 // A relay that cannot be reached fails fast and says what to try next: an
 // unknown host at once, a refused port after a few quick retries.
 func TestUnreachableSaysWhatToTry(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "ws://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	t.Parallel()
+	refused := refusedURL(t)
 	for _, tc := range []struct {
 		url      string
 		hint     string
@@ -184,12 +203,7 @@ func TestVersion(t *testing.T) {
 // --log-format picks the log's form; without a terminal, auto is JSON.
 func TestLogFormat(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "ws://" + ln.Addr().String()
-	ln.Close()
+	url := refusedURL(t)
 	for _, format := range []string{"auto", "json", "console"} {
 		_, _, stderr, _ := run(t, t.TempDir(), "crawl", "--data", t.TempDir(), "--log-format", format, url)
 		var logLines, jsonLines int
@@ -241,13 +255,7 @@ func TestCrawlCreatesArchiveOnlyWhenItRuns(t *testing.T) {
 	if code, _, stderr, _ := run(t, dir, "crawl", "--data", "a", "ws://127.0.0.1:99999"); code != 2 {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "ws://" + ln.Addr().String()
-	ln.Close()
-	run(t, dir, "crawl", "--data", "b", url)
+	run(t, dir, "crawl", "--data", "b", refusedURL(t))
 	if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
 		t.Error("the refused crawl created its archive")
 	}

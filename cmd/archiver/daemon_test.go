@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,21 +47,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
+// startDaemon starts `archiver run` on a port of its choosing (a port
+// found free and closed could be another test's by the time the daemon
+// binds it) and waits until its HTTP endpoints answer at the address it
+// logs.
 func startDaemon(t *testing.T, args ...string) *runningDaemon {
 	t.Helper()
-	addr := freeAddr(t)
-	cmd := archiver(append([]string{"run", "--listen", addr}, args...)...)
-	d := &runningDaemon{t: t, cmd: cmd, addr: addr, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd := archiver(append([]string{"run", "--listen", "127.0.0.1:0"}, args...)...)
+	// The environment's own tunables (see childEnv): the daemon re-executes
+	// itself for huge pages, and is signalled and stopped after that.
+	cmd.Env = append(cmd.Env, "GLIBC_TUNABLES="+os.Getenv("GLIBC_TUNABLES"))
+	d := &runningDaemon{t: t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -75,13 +70,29 @@ func startDaemon(t *testing.T, args ...string) *runningDaemon {
 		}
 	})
 	d.waitFor("the HTTP endpoints", 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/healthz")
+		if d.addr = loggedField(d.stderr.String(), "archiver running", "listen"); d.addr == "" {
+			return false
+		}
+		resp, err := http.Get("http://" + d.addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err == nil
 	})
 	return d
+}
+
+// loggedField returns the string field of the first JSON log line with
+// message msg, or "".
+func loggedField(log, msg, field string) string {
+	for _, l := range strings.Split(log, "\n") {
+		var v map[string]any
+		if json.Unmarshal([]byte(l), &v) == nil && v["msg"] == msg {
+			s, _ := v[field].(string)
+			return s
+		}
+	}
+	return ""
 }
 
 func (d *runningDaemon) status() *daemon.Status {
@@ -172,6 +183,7 @@ func allVerified(n int) func(*daemon.Status) bool {
 // nothing either, and a restart resumes each time until the relay is
 // archived; the metrics move with the crawl.
 func TestDaemonStopAndResume(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 11, Events: 5000, ForgedIDs: 5, BadSigs: 5})
 	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 40 * time.Millisecond}, f)
 	data := t.TempDir()
@@ -213,6 +225,7 @@ func TestDaemonStopAndResume(t *testing.T) {
 // SIGHUP picks up a relay added to the configuration without restarting
 // the running one.
 func TestDaemonReloadAddsRelay(t *testing.T) {
+	t.Parallel()
 	fa := fixture(t, testrelay.FixtureOptions{Seed: 12, Events: 800})
 	fb := fixture(t, testrelay.FixtureOptions{Seed: 13, Events: 600})
 	ra := relay(t, testrelay.Options{}, fa)
@@ -261,6 +274,7 @@ func TestDaemonReloadAddsRelay(t *testing.T) {
 // A bad configuration exits 2 (systemd does not restart it) and says
 // everything that is wrong with it at once.
 func TestDaemonBadConfig(t *testing.T) {
+	t.Parallel()
 	conf := filepath.Join(t.TempDir(), "bad.toml")
 	_ = os.WriteFile(conf, []byte("data_dir = \"/tmp/x\"\nlisten = 9477\nbogus_key = 1\n[limits]\npage_timeout = 15\n[[relay]]\nurl = \"ftp://x\"\n"), 0o644)
 	out, err := archiver("run", "--config", conf).CombinedOutput()

@@ -18,6 +18,7 @@ import (
 // relays; another key's, not) without applying them, and show says when
 // each source first served the event.
 func TestShowDeletionsAndFirstSeen(t *testing.T) {
+	t.Parallel()
 	start := time.Now().Unix()
 	dir := t.TempDir()
 	alice, _ := btcec.PrivKeyFromBytes(bytes.Repeat([]byte{1}, 32))

@@ -19,6 +19,7 @@ import (
 // (so nothing can be discovered again), it archives the discovered live
 // relay and does not dial the dead ones.
 func TestDaemonKill9KeepsFrontierAndBackoff(t *testing.T) {
+	t.Parallel()
 	sk, err := btcec.NewPrivateKey()
 	if err != nil {
 		t.Fatal(err)

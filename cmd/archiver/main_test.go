@@ -21,10 +21,12 @@ import (
 )
 
 // binary is the archiver built once for the process tests. Tests that
-// only run archiver processes on temp dirs and relays of their own are
-// t.Parallel, so that their waits (process start, fsync, relay latency)
-// overlap; those that mount file systems, kill processes, time commands
-// closely, run the daemon or set this process's globals stay serial.
+// only run archiver processes (daemons included) on temp dirs, relays and
+// ports of their own are t.Parallel, so that their waits (process start,
+// fsync, relay latency) overlap; those that mount file systems or set this
+// process's globals stay serial. A port a test needs refused is held by
+// refusedURL, and daemons listen on ports they pick (startDaemon): a port
+// found free and closed can be another parallel test's a moment later.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -80,8 +82,14 @@ func archiver(args ...string) *exec.Cmd {
 // runtime sleeps a second at exit by default (atexit_sleep_ms) in case a
 // goroutine still reports: a second of every command, most of what this
 // package's tests took (TestHelpExitsZero: 48 s, 1.3 s per command).
+// GLIBC_TUNABLES asks for huge pages already, as the archiver otherwise
+// re-executes itself to (useHugePages): a second start of a race-built
+// binary, 0.1 s of CPU for each of the package's ~230 commands. The
+// daemons start without it (startDaemon), so that the re-execution stays
+// under test.
 func childEnv() []string {
-	return append(os.Environ(), "GORACE=halt_on_error=1 atexit_sleep_ms=0")
+	tunables, _ := withHugePages(os.Getenv("GLIBC_TUNABLES"))
+	return append(os.Environ(), "GORACE=halt_on_error=1 atexit_sleep_ms=0", "GLIBC_TUNABLES="+tunables)
 }
 
 // exportLines runs `archiver export` and returns its lines by id.
@@ -128,6 +136,7 @@ func assertExport(t *testing.T, data string, f *testrelay.Fixture) {
 // kill -9 at random instants, again and again; the last run completes and
 // the archive holds exactly the relay's valid set.
 func TestKill9Resume(t *testing.T) {
+	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50})
 	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 25 * time.Millisecond}, f)
 	data := t.TempDir()

@@ -17,6 +17,7 @@ import (
 // returns when it drained, a second submission of the same id does not run
 // again, `jobs` reports it, and the daemon's archive holds the valid set.
 func TestSubmitToDaemonOverNATS(t *testing.T) {
+	t.Parallel()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)

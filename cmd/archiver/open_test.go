@@ -82,6 +82,7 @@ func TestReadOnlyCommandsRefuseNonArchive(t *testing.T) {
 // An archive held by a writer (here this test process) is refused with
 // the holder's pid instead of a lock errno and a stack.
 func TestArchiveInUseNamesPID(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "archive")
 	s, err := rawstore.Open(rawstore.Options{Dir: data})
@@ -101,6 +102,7 @@ func TestArchiveInUseNamesPID(t *testing.T) {
 
 // Readers share an archive: stats runs while another reader holds it.
 func TestReadersShareArchive(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "archive")
 	newArchive(t, data)

@@ -1,0 +1,5 @@
+//go:build race
+
+package bip340
+
+const raceEnabled = true

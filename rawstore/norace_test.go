@@ -1,0 +1,5 @@
+//go:build !race
+
+package rawstore_test
+
+const raceEnabled = false
