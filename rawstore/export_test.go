@@ -2,6 +2,9 @@ package rawstore
 
 import "github.com/cockroachdb/pebble/v2"
 
+// RaceEnabled says whether the tests run under the race detector.
+const RaceEnabled = raceEnabled
+
 // DropIndexes makes s look like an archive from before the indexes.
 func (s *Store) DropIndexes() error {
 	b := s.db.NewBatch()

@@ -1,5 +1,5 @@
 //go:build !race
 
-package rawstore_test
+package rawstore
 
 const raceEnabled = false

@@ -382,7 +382,7 @@ func TestQueryIndexes(t *testing.T) {
 // is asked three ways and brute-forced, one goroutine through Pebble and
 // the query code that -race slows tenfold. Without -race all n run.
 func filterSets(n int) int {
-	if raceEnabled {
+	if rawstore.RaceEnabled {
 		return n / 2
 	}
 	return n

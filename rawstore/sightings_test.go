@@ -91,13 +91,19 @@ func fillSightings(t *testing.T, s *Store, seed uint64, n int) *sightingModel {
 }
 
 // ranges is every range worth asking of m: whole, one instant (ties),
-// either edge open, the top (OpenTop is until = MaxUint64).
+// either edge open, the top (OpenTop is until = MaxUint64), and random
+// ones (5 under the race detector, which slows each question's scan
+// tenfold; 20 without).
 func (m *sightingModel) ranges(rng *rand.Rand) [][2]uint64 {
 	out := [][2]uint64{{0, math.MaxUint64}, {0, 0}, {math.MaxUint64, math.MaxUint64}, {math.MaxInt64, math.MaxUint64}, {1001, 1001}, {2, 999}}
 	for _, a := range m.times {
 		out = append(out, [2]uint64{a, math.MaxUint64}, [2]uint64{0, a}, [2]uint64{a, a})
 	}
-	for range 20 {
+	random := 20
+	if raceEnabled {
+		random = 5
+	}
+	for range random {
 		a, b := m.times[rng.IntN(len(m.times))], m.times[rng.IntN(len(m.times))]
 		out = append(out, [2]uint64{min(a, b), max(a, b)})
 	}

@@ -47,7 +47,7 @@ func authKey(seed byte) (secret, pub string) {
 // the archive's files.
 func TestCrawlAuth(t *testing.T) {
 	t.Parallel()
-	f := fixture(t, testrelay.FixtureOptions{Seed: 21, Events: 600})
+	f := fixture(t, testrelay.FixtureOptions{Seed: 21, Events: 300})
 	member, memberPub := authKey(7)
 	outsider, _ := authKey(8)
 	open := relay(t, testrelay.Options{AuthRequired: true}, f)

@@ -184,7 +184,7 @@ func allVerified(n int) func(*daemon.Status) bool {
 // archived; the metrics move with the crawl.
 func TestDaemonStopAndResume(t *testing.T) {
 	t.Parallel()
-	f := fixture(t, testrelay.FixtureOptions{Seed: 11, Events: 5000, ForgedIDs: 5, BadSigs: 5})
+	f := fixture(t, testrelay.FixtureOptions{Seed: 11, Events: 3000, ForgedIDs: 5, BadSigs: 5})
 	r := relay(t, testrelay.Options{MaxLimit: 100, Latency: 40 * time.Millisecond}, f)
 	data := t.TempDir()
 

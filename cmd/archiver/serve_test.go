@@ -103,7 +103,7 @@ func TestServeCrawledBack(t *testing.T) {
 // serve and the daemon cleanly.
 func TestRunServes(t *testing.T) {
 	t.Parallel()
-	f := fixture(t, testrelay.FixtureOptions{Seed: 16, Events: 1500, Wall: 120, BadSigs: 4, ForgedIDs: 2})
+	f := fixture(t, testrelay.FixtureOptions{Seed: 16, Events: 600, Wall: 120, BadSigs: 4, ForgedIDs: 2})
 	r := relay(t, testrelay.Options{MaxLimit: 200}, f) // pages hold the wall: it completes
 	dir := t.TempDir()
 	d := startDaemon(t, "--data", filepath.Join(dir, "a"), "--relay", r.URL(), "--serve", "127.0.0.1:0")
