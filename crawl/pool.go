@@ -170,7 +170,9 @@ func (p *connPool) dial(ctx context.Context, first bool) (*relayconn.Conn, error
 			}
 		}
 		tried++
-		c, err := relayconn.Dial(ctx, p.r.url, o.dialOptions())
+		do := o.dialOptions()
+		do.ReadBuffer = pagingReadBuffer
+		c, err := relayconn.Dial(ctx, p.r.url, do)
 		if err == nil {
 			return c, nil
 		}
@@ -198,6 +200,11 @@ func (p *connPool) dial(ctx context.Context, first bool) (*relayconn.Conn, error
 // restarting comes back within a second or two; a wrong port never does,
 // and a person waits for the answer.
 const refusedAttempts = 3
+
+// pagingReadBuffer is the socket read size of a paging connection
+// (relayconn.DialOptions.ReadBuffer): 64 KiB for each of at most
+// Options.MaxConns connections.
+const pagingReadBuffer = 64 << 10
 
 // permanentDialError reports errors no retry can fix: the host name does
 // not exist, the endpoint does not speak TLS, or its certificate is not

@@ -108,7 +108,9 @@ func New(opts Options) (*Pool, error) {
 	}
 	p := &Pool{opts: opts, wake: make(chan struct{}, 1)}
 	for i := 0; i < opts.Workers; i++ {
-		p.judges = append(p.judges, NewJudge(opts.NewVerifier()))
+		j := NewJudge(opts.NewVerifier())
+		j.index = true // Apply takes the keys instead of parsing again
+		p.judges = append(p.judges, j)
 	}
 	return p, nil
 }
@@ -336,10 +338,12 @@ const JudgeChunk = 128
 // goroutine; give each its own.
 type Judge struct {
 	verify  Verifier
-	buf     []byte        // canonical serializations
-	sigs    []bip340.Item // point into the parsed events
-	of      []int         // sigs[k] is the signature of items[of[k]]
+	buf     []byte         // canonical serializations
+	sigs    []bip340.Item  // point into the parsed events
+	events  []*event.Event // events[k] is the event of sigs[k]
+	of      []int          // sigs[k] is the signature of items[of[k]]
 	reasons []string
+	index   bool // give valid verdicts their index keys (Verdict.Index)
 }
 
 // NewJudge returns a Judge checking signatures with verify (from
@@ -351,7 +355,7 @@ func NewJudge(verify Verifier) *Judge { return &Judge{verify: verify} }
 // signature that got that far in one batch. It panics if len(vs) <
 // len(items).
 func (j *Judge) Run(items []rawstore.Pending, vs []rawstore.Verdict) {
-	j.sigs, j.of = j.sigs[:0], j.of[:0]
+	j.sigs, j.events, j.of = j.sigs[:0], j.events[:0], j.of[:0]
 	for i := range items {
 		if items[i].Raw == nil {
 			continue
@@ -370,6 +374,7 @@ func (j *Judge) Run(items []rawstore.Pending, vs []rawstore.Verdict) {
 			continue
 		}
 		j.sigs = append(j.sigs, bip340.Item{PubKey: &e.PubKey, Msg: &e.ID, Sig: &e.Sig})
+		j.events = append(j.events, e)
 		j.of = append(j.of, i)
 	}
 	j.reasons = slices.Grow(j.reasons[:0], len(j.sigs))[:len(j.sigs)]
@@ -379,9 +384,13 @@ func (j *Judge) Run(items []rawstore.Pending, vs []rawstore.Verdict) {
 	for k, i := range j.of {
 		if j.reasons[k] == "" {
 			vs[i] = rawstore.Verdict{Valid: true}
+			if j.index {
+				vs[i].Index = rawstore.IndexKeys(j.events[k])
+			}
 		} else {
 			vs[i] = rawstore.Verdict{Reason: j.reasons[k]}
 		}
 	}
 	clear(j.sigs) // do not keep the batch's events alive
+	clear(j.events)
 }

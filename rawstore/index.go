@@ -129,10 +129,19 @@ func indexKeys(keys [][]byte, e *event.Event) [][]byte {
 
 func isTagLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// index indexes raw, the copy of id just judged valid. The verifier parsed
-// it already, so a parse failure here means a verifier bug: the event
-// stays valid and exportable whole but is left out of the indexes (logged).
-func (a *applier) index(id *[32]byte, raw []byte) {
+// IndexKeys returns the index keys of e, an event judged valid, for
+// Verdict.Index.
+func IndexKeys(e *event.Event) [][]byte { return indexKeys(nil, e) }
+
+// index indexes raw, the copy of id just judged valid, by keys if the
+// verifier gave them, else by parsing it. The verifier parsed it already,
+// so a parse failure here means a verifier bug: the event stays valid and
+// exportable whole but is left out of the indexes (logged).
+func (a *applier) index(id *[32]byte, raw []byte, keys [][]byte) {
+	if keys != nil {
+		a.indexKeys = append(a.indexKeys, keys...)
+		return
+	}
 	e, err := event.Parse(raw)
 	if err != nil || e.ID != *id {
 		a.s.opts.Logger.Sugar().Errorf("rawstore: valid event %x does not parse (%v): not indexed", id[:8], err)

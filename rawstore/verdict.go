@@ -26,6 +26,10 @@ type Pending struct {
 type Verdict struct {
 	Valid  bool
 	Reason string // why it is invalid: "malformed", "id-mismatch", "bad-sig", ...
+	// Index is a valid copy's index keys (IndexKeys of its parsed event)
+	// when the verifier has them, so that Apply, which runs alone, does
+	// not parse the copy a second time; nil: Apply parses it.
+	Index [][]byte
 }
 
 const (
@@ -116,7 +120,11 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			return err
 		}
 		if items[i].Seq != 0 {
-			_ = a.b.Delete(seqKey(prefixPending, items[i].Seq), nil)
+			// A queue key is deleted once before its seq can be set again
+			// (Open resumes after the last key left), so a single delete
+			// does: when it meets its set in a flush both vanish, where a
+			// delete's tombstone is carried down to the last level.
+			_ = a.b.SingleDelete(seqKey(prefixPending, items[i].Seq), nil)
 		}
 	}
 	a.setIndexKeys()
@@ -184,7 +192,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.setVerdict(&p.ID, p.Relay, v)
 		a.count(CounterPending, -1)
 		if v.Valid {
-			a.index(&p.ID, p.Raw)
+			a.index(&p.ID, p.Raw, v.Index)
 			a.count(CounterValid, 1)
 		} else {
 			a.count(CounterInvalid, 1)
@@ -217,7 +225,7 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		a.primary[p.ID] = nv
 		_ = a.b.Set(eventKey(&p.ID), nv, nil)
 		a.setVerdict(&p.ID, p.Relay, v)
-		a.index(&p.ID, p.Raw)
+		a.index(&p.ID, p.Raw, v.Index)
 		a.count(CounterValid, 1)
 		if cur != nil { // invalid primary
 			a.count(CounterInvalid, -1)

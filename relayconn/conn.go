@@ -125,6 +125,11 @@ type DialOptions struct {
 	DialTimeout  time.Duration // TCP + TLS + upgrade
 	PingInterval time.Duration
 	TLS          *tls.Config // cloned per dial
+	// ReadBuffer is how many bytes a read from the socket asks for (0:
+	// gws's 4 KiB, three 1.2 KB events). A connection that pages through
+	// a relay's history reads pages back to back: 64 KiB saves most of
+	// the read syscalls, which cost as much as scanning the frames.
+	ReadBuffer int
 	// NetDial opens the TCP connection; nil means a net.Dialer. Tests
 	// give a net.Pipe here, so timeouts and backoff run in virtual time
 	// (testing/synctest).
@@ -178,6 +183,7 @@ func Dial(ctx context.Context, relay string, o DialOptions) (*Conn, error) {
 	ws, resp, err := gws.NewClientFromConn(c, &gws.ClientOption{
 		Addr:               relay,
 		ReadMaxPayloadSize: o.MaxFrame,
+		ReadBufferSize:     o.ReadBuffer,
 		HandshakeTimeout:   o.DialTimeout,
 		Recovery:           gws.Recovery,
 	}, nc)

@@ -326,3 +326,39 @@ func TestPingIntervalVirtual(t *testing.T) {
 		}
 	})
 }
+
+// readSizeConn records the largest read asked of the socket.
+type readSizeConn struct {
+	net.Conn
+	max *atomic.Int64
+}
+
+func (c readSizeConn) Read(p []byte) (int, error) {
+	if int64(len(p)) > c.max.Load() {
+		c.max.Store(int64(len(p)))
+	}
+	return c.Conn.Read(p)
+}
+
+// TestReadBuffer: DialOptions.ReadBuffer is the size of the reads from
+// the socket (a paging connection's 64 KiB), gws's 4 KiB without it.
+func TestReadBuffer(t *testing.T) {
+	for _, tc := range []struct{ opt, want int }{{0, 4 << 10}, {64 << 10, 64 << 10}} {
+		p := &pipeRelay{}
+		var max atomic.Int64
+		o := pipeOptions(p)
+		o.ReadBuffer = tc.opt
+		o.NetDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := p.dial(ctx, network, addr)
+			return readSizeConn{nc, &max}, err
+		}
+		c, err := Dial(context.Background(), "ws://relay.test", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if got := max.Load(); got != int64(tc.want) {
+			t.Errorf("ReadBuffer %d: reads of up to %d bytes, want %d", tc.opt, got, tc.want)
+		}
+	}
+}

@@ -232,7 +232,9 @@ func dialRaw(ctx context.Context, relay string) (*rawConn, error) {
 		return nil, fmt.Errorf("raw reader: dial %s: %w", relay, err)
 	}
 	c := &rawConn{subs: map[string]*rawSub{}, done: make(chan struct{})}
-	ws, _, err := gws.NewClientFromConn(c, &gws.ClientOption{Addr: relay, HandshakeTimeout: 10 * time.Second}, nc)
+	// The archiver's paging connections read 64 KiB at a time: so does
+	// the baseline, or it would understate the relay's rate.
+	ws, _, err := gws.NewClientFromConn(c, &gws.ClientOption{Addr: relay, HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10}, nc)
 	if err != nil {
 		return nil, fmt.Errorf("raw reader: upgrade %s: %w", relay, err)
 	}
