@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -36,6 +38,17 @@ import (
 //
 // Bodies superseded later (a damaged primary replaced by a fresh copy, a
 // deleted event) stay in their segment: there is no garbage collection.
+//
+// Where the file system allows, the writer bypasses the page cache
+// (O_DIRECT): copying a crawl's bodies into the page cache was the largest
+// single cost left of storing them (2.6 CPU-s per GB on ext4 here, 0.2
+// direct; docs/PERFORMANCE.md, session 23), and nothing reads them back
+// soon (the verify pool takes them from memory, see hot.go). Direct writes
+// go in whole aligned blocks: the last, partial block of each write is
+// kept in memory and written again, with what follows it, by the next
+// one, and the zeros that pad it out lie past the committed tail, where
+// no reader looks. Where O_DIRECT is refused, writes go through the page
+// cache as before.
 const (
 	segDirName    = "segments"
 	segExt        = ".seg"
@@ -43,6 +56,7 @@ const (
 	segRollSize   = 256 << 20 // a segment takes no more records once this big
 	segMaxOpen    = 64        // read handles kept open (least recently used closed)
 	segWriteChunk = 4 << 20   // a batch's records are written this much at a time
+	dioAlign      = 4096      // direct writes: offset, length and memory aligned to this
 )
 
 // segTailKey holds the end of the last record any committed batch wrote:
@@ -83,11 +97,17 @@ type segments struct {
 	readOnly bool
 	sync     bool  // sync appends (the store is not NoSync)
 	rollSize int64 // segRollSize; tests make it small
+	// alignAlways writes in whole blocks where O_DIRECT is refused too:
+	// crash tests on an in-memory file system (no descriptors) take the
+	// direct path's bookkeeping that way.
+	alignAlways bool
 
 	wmu    sync.Mutex
 	w      *segFile // the segment appended to; nil until the first append
 	wPos   segPos   // where the next record goes
-	wBuf   []byte
+	direct bool     // w is written around the page cache (O_DIRECT)
+	wBuf   []byte   // aligned; while direct, its first wHead bytes are those of wPos's block before wPos
+	wHead  int
 	failed error // a failed write: the tail of w is unknown
 
 	// tail is the committed tail (segTailKey's value), moved under the
@@ -192,12 +212,16 @@ func (g *segments) startWriter() error {
 	t := g.openTail
 	pos := segPos{seg: t.seg + 1}
 	if t.seg > 0 && int64(t.off) < g.rollSize {
-		if fi, err := g.fs.Stat(segName(g.dir, t.seg)); err == nil && fi.Size() == int64(t.off) {
+		// Direct writes pad the last block with zeros: anything past the
+		// tail's block is a batch that never committed.
+		if fi, err := g.fs.Stat(segName(g.dir, t.seg)); err == nil && fi.Size() >= int64(t.off) && fi.Size() <= alignUp(int64(t.off)) {
 			pos = t
 		}
 	}
 	return g.use(pos)
 }
+
+func alignUp(n int64) int64 { return (n + dioAlign - 1) &^ (dioAlign - 1) }
 
 // use makes the segment of pos the one appended to, from pos.off on.
 func (g *segments) use(pos segPos) error {
@@ -212,8 +236,34 @@ func (g *segments) use(pos segPos) error {
 			return err
 		}
 	}
-	g.w, g.wPos = &segFile{f: f, num: pos.seg, refs: 1}, pos
+	if g.wBuf == nil {
+		g.wBuf = alignedBuf(segWriteChunk + dioAlign)
+	}
+	// The bytes of pos's block before pos are read before the descriptor
+	// turns direct: direct reads would need alignment too.
+	head := int(pos.off % dioAlign)
+	if head > 0 {
+		if _, err := f.ReadAt(g.wBuf[:head], int64(pos.off)-int64(head)); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	g.w, g.wPos, g.wHead = &segFile{f: f, num: pos.seg, refs: 1}, pos, 0
+	if g.direct = setDirect(f, true) == nil || g.alignAlways; g.direct {
+		g.wHead = head
+	}
 	return nil
+}
+
+// alignedBuf returns n zeroed bytes whose address is a multiple of
+// dioAlign, as direct writes need.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+dioAlign)
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (dioAlign - 1))
+	if off != 0 {
+		off = dioAlign - off
+	}
+	return b[off : off+n : off+n]
 }
 
 // roll syncs the current segment (its records' batches may not have
@@ -258,26 +308,34 @@ func (g *segments) appendBodies(bodies [][]byte) ([]segLoc, segPos, error) {
 		}
 	}
 	locs := make([]segLoc, len(bodies))
-	buf := g.wBuf[:0]
-	start := g.wPos
+	// buf holds the bytes from file offset bufOff on: while direct, the
+	// start of wPos's block (wHead bytes), then the new records.
+	buf := g.wBuf[:g.wHead]
+	bufOff := int64(g.wPos.off) - int64(g.wHead)
+	fresh := false // buf holds records not written yet
 	flush := func() error {
-		if len(buf) == 0 {
+		if !fresh {
 			return nil
 		}
-		if _, err := g.w.f.WriteAt(buf, int64(start.off)); err != nil {
-			g.failed = fmt.Errorf("segment %d: %w", start.seg, err)
+		if err := g.writeAt(buf, bufOff); err != nil {
+			g.failed = fmt.Errorf("segment %d: %w", g.wPos.seg, err)
 			return g.failed
 		}
-		buf = buf[:0]
-		start = g.wPos
+		keep := 0
+		if g.direct {
+			keep = len(buf) % dioAlign // bufOff is aligned: the partial last block
+			copy(buf, buf[len(buf)-keep:])
+		}
+		bufOff += int64(len(buf) - keep)
+		buf, fresh = buf[:keep], false
 		return nil
 	}
 	for i, raw := range bodies {
-		n := int64(segRecHeader + len(raw))
-		if n > segRollSize {
+		n := segRecHeader + len(raw)
+		if int64(n) > segRollSize {
 			return nil, segPos{}, fmt.Errorf("event body of %d bytes", len(raw))
 		}
-		if int64(g.wPos.off)+n > g.rollSize && g.wPos.off > 0 {
+		if int64(g.wPos.off)+int64(n) > g.rollSize && g.wPos.off > 0 {
 			if err := flush(); err != nil {
 				return nil, segPos{}, err
 			}
@@ -285,13 +343,23 @@ func (g *segments) appendBodies(bodies [][]byte) ([]segLoc, segPos, error) {
 				g.failed = fmt.Errorf("segment %d: %w", g.wPos.seg, err)
 				return nil, segPos{}, g.failed
 			}
-			start = g.wPos
+			buf, bufOff = buf[:0], 0
+		}
+		if len(buf)+n+dioAlign > cap(buf) { // room for the record and a direct write's padding
+			if err := flush(); err != nil {
+				return nil, segPos{}, err
+			}
+			if len(buf)+n+dioAlign > cap(buf) { // a body bigger than the buffer
+				bigger := alignedBuf(len(buf) + n + dioAlign)
+				buf = bigger[:copy(bigger, buf)]
+			}
 		}
 		locs[i] = segLoc{segPos: g.wPos, n: uint32(len(raw))}
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(raw)))
 		buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(raw, castagnoli))
 		buf = append(buf, raw...)
 		g.wPos.off += uint32(n)
+		fresh = true
 		if len(buf) >= segWriteChunk {
 			if err := flush(); err != nil {
 				return nil, segPos{}, err
@@ -301,10 +369,33 @@ func (g *segments) appendBodies(bodies [][]byte) ([]segLoc, segPos, error) {
 	if err := flush(); err != nil {
 		return nil, segPos{}, err
 	}
-	if cap(buf) <= segWriteChunk*2 {
-		g.wBuf = buf // kept for the next batch; a bigger one is let go
+	if cap(buf) > segWriteChunk*2 { // a bigger one is let go
+		small := alignedBuf(segWriteChunk + dioAlign)
+		buf = small[:copy(small, buf)]
 	}
+	g.wBuf, g.wHead = buf[:cap(buf)], len(buf)
 	return locs, g.wPos, nil
+}
+
+// writeAt writes buf at off in the segment appended to; while direct, in
+// whole blocks, the last one padded with zeros (buf has the room: see
+// appendBodies). A file system that takes O_DIRECT but not the write gets
+// it again through the page cache, and every later one.
+func (g *segments) writeAt(buf []byte, off int64) error {
+	if !g.direct {
+		_, err := g.w.f.WriteAt(buf, off)
+		return err
+	}
+	padded := buf[:alignUp(int64(len(buf)))]
+	clear(padded[len(buf):])
+	_, err := g.w.f.WriteAt(padded, off)
+	if errors.Is(err, syscall.EINVAL) {
+		if setDirect(g.w.f, false) == nil {
+			g.direct = false
+			_, err = g.w.f.WriteAt(padded, off)
+		}
+	}
+	return err
 }
 
 // syncTo makes every record before end durable: a segment before the

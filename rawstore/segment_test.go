@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +24,8 @@ func segRaw(n int) []byte {
 
 // A crash at any instant (a clone of the file system keeps what was
 // synced and a random part of the rest), while two relays ingest at once
-// into small segments that roll every few batches: every event behind
+// into small segments that roll every few batches, written in whole
+// blocks as direct writes are or not: every event behind
 // each relay's cursor reads back byte for byte, check finds no damage, a
 // read-only open changes no file, and a writable open appends after the
 // committed tail (the garbage a crash left behind included) so that the
@@ -38,6 +41,7 @@ func TestCrashSegmentsKeepEventsBehindCursor(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.segs.rollSize = 32 << 10
+		s.segs.alignAlways = round%2 == 0 // the direct path's blocks, on a file system without O_DIRECT
 		var rs [relays]uint32
 		for r := range rs {
 			if rs[r], err = s.RelayIndex(fmt.Sprintf("wss://%d", r)); err != nil {
@@ -94,6 +98,7 @@ func TestCrashSegmentsKeepEventsBehindCursor(t *testing.T) {
 			t.Fatalf("round %d: reopen after crash: %v", round, err)
 		}
 		s2.segs.rollSize = 32 << 10
+		s2.segs.alignAlways = round%4 < 2
 		if got := checkBehindCursors(t, s2, rs[:], batches, size); got != behind {
 			t.Fatalf("round %d: %d events behind the cursors read-only, %d writable", round, behind, got)
 		}
@@ -194,4 +199,81 @@ func files(t *testing.T, fs vfs.FS) []string {
 		out = append(out, fmt.Sprintf("%s:%d", n, fi.Size()))
 	}
 	return out
+}
+
+// On a real disk the segment writer bypasses the page cache, in whole
+// blocks: bodies of many sizes over many batches, segment rolls, and a
+// reopen that goes on inside the tail's block, all read back byte for
+// byte, and every segment file ends on a block boundary.
+func TestDirectSegments(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	probe, err := vfs.Default.Create(filepath.Join(dir, "probe"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setDirect(probe, true); err != nil {
+		t.Skipf("the file system under %s refuses O_DIRECT: %v", dir, err)
+	}
+	probe.Close()
+	db := filepath.Join(dir, "db")
+	const batches, size = 40, 20
+	var tail segPos
+	for round := range 2 {
+		s, err := Open(Options{Dir: db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.segs.rollSize = 64 << 10 // rolls every few batches
+		if round == 1 {
+			s.segs.rollSize = segRollSize // the tail's segment has room
+		}
+		rel, err := s.RelayIndex("wss://direct")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for bn := round * batches / 2; bn < (round+1)*batches/2; bn++ {
+			var evs []Copy
+			for j := range size {
+				evs = append(evs, Copy{ID: id(bn*size + j), Raw: segRaw(bn*size + j)})
+			}
+			if bn%3 == 1 { // a duplicate, compared with the bytes written before
+				evs = append(evs, Copy{ID: id((bn - 1) * size), Raw: segRaw((bn - 1) * size)})
+			}
+			cur := binary.BigEndian.AppendUint64(nil, uint64(bn))
+			mustIngest(t, s, &Batch{Relay: rel, Events: evs, Shards: map[string][]byte{"j": cur}})
+			if !s.segs.direct {
+				t.Fatalf("batch %d: segment writes are not direct", bn)
+			}
+			if round == 1 && bn == batches/2 && (s.segs.w.num != tail.seg || tail.off%dioAlign == 0) {
+				t.Fatalf("the reopened store appends to segment %d, the tail is %+v: not inside the tail's block", s.segs.w.num, tail)
+			}
+		}
+		tail = s.segs.tail
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := Open(Options{Dir: db, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rel, _ := s.RelayIndex("wss://direct")
+	if got := checkBehindCursors(t, s, []uint32{rel}, batches, size); got != batches*size {
+		t.Fatalf("%d events read back, want %d", got, batches*size)
+	}
+	segs, err := filepath.Glob(filepath.Join(db, segDirName, "*"+segExt))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("segments %v (%v): the test meant to roll", segs, err)
+	}
+	for _, name := range segs {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size()%dioAlign != 0 {
+			t.Errorf("%s: %d bytes, not whole blocks", name, fi.Size())
+		}
+	}
 }
