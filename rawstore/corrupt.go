@@ -94,8 +94,7 @@ func (s *Store) decodeEvent(key, v []byte) (relay uint32, raw []byte, err error)
 	if v[0] != eventV3 {
 		return relay, v[n:], nil
 	}
-	loc := segLoc{segPos: segPos{seg: binary.BigEndian.Uint32(v[9:]), off: binary.BigEndian.Uint32(v[13:])}, n: binary.BigEndian.Uint32(v[17:])}
-	raw, err = s.segs.read(key, loc)
+	raw, err = s.segs.read(key, segLocOf(v))
 	return relay, raw, err
 }
 

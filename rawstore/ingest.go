@@ -457,12 +457,17 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 		return nil, err
 	}
 	defer it.Close()
+	var inLog [][]byte // E values whose bytes are in the segment log, key first
 	for i, k := range keys {
 		if i > 0 && bytes.Equal(k, keys[i-1]) {
 			continue
 		}
 		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
 			v, err := value(it)
+			if err == nil && eventHeaderSize(v) == eventLenV3 && v[0] == eventV3 {
+				inLog = append(inLog, append(slices.Clip(k), v...))
+				continue
+			}
 			var relay uint32
 			var raw []byte
 			if err == nil {
@@ -476,12 +481,7 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 				found[[32]byte(k[1:])] = damagedCopy
 				continue
 			}
-			if v[0] == eventV3 {
-				// Resolved, for ingest to compare a copy's bytes.
-				found[[32]byte(k[1:])] = eventValue(relay, uint32(eventSeen(v)), raw)
-			} else {
-				found[[32]byte(k[1:])] = append([]byte(nil), v...)
-			}
+			found[[32]byte(k[1:])] = eventValue(relay, uint32(eventSeen(v)), raw)
 		} else if err := it.Error(); err != nil {
 			if !s.noteDamage(corruptIf(k, err)) {
 				return nil, err
@@ -490,8 +490,49 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 			found[[32]byte(k[1:])] = damagedCopy
 		}
 	}
+	// The bodies are read in log order, a run of neighbours at a time: a
+	// relay's copies of stored events were mostly stored together (a page
+	// of another relay's), so a page of duplicates costs a few reads, not
+	// one per copy.
+	const kl = 1 + idLen
+	slices.SortFunc(inLog, func(x, y []byte) int { return bytes.Compare(x[kl+9:kl+17], y[kl+9:kl+17]) })
+	var runKeys [][]byte
+	var runLocs []segLoc
+	var buf []byte // the runs' bytes, reused from one to the next
+	for len(inLog) > 0 {
+		runKeys, runLocs = runKeys[:0], runLocs[:0]
+		first := segLocOf(inLog[0][kl:])
+		end := first.off
+		for _, kv := range inLog {
+			l := segLocOf(kv[kl:])
+			if l.seg != first.seg || l.off > end+segRunGap || l.off+segRecHeader+l.n-first.off > segRunMax && len(runLocs) > 0 {
+				break
+			}
+			runKeys, runLocs = append(runKeys, kv[:kl]), append(runLocs, l)
+			end = max(end, l.off+segRecHeader+l.n)
+		}
+		buf = s.segs.readRun(runKeys, runLocs, buf, func(i int, raw []byte, err error) {
+			k := runKeys[i]
+			if err != nil {
+				s.noteDamage(err) // replaced by this copy (see ingestLocked)
+				found[[32]byte(k[1:])] = damagedCopy
+				return
+			}
+			v := inLog[i][kl:]
+			// Resolved, for ingest to compare a copy's bytes.
+			found[[32]byte(k[1:])] = eventValue(binary.BigEndian.Uint32(v[1:5]), uint32(eventSeen(v)), raw)
+		})
+		inLog = inLog[len(runLocs):]
+	}
 	return found, nil
 }
+
+// A lookup reads the bodies of stored copies in runs: records at most
+// segRunGap apart, spanning at most segRunMax.
+const (
+	segRunGap = 64 << 10
+	segRunMax = 4 << 20
+)
 
 // catchUp adds to known the copies of evs that commits after generation
 // gen stored: a lookup outside ingestMu could not see them.

@@ -63,6 +63,11 @@ func putSegValue(v []byte, relay, seen uint32, loc segLoc) {
 	binary.BigEndian.PutUint32(v[17:], loc.n)
 }
 
+// segLocOf is where the bytes of the version 3 value v are.
+func segLocOf(v []byte) segLoc {
+	return segLoc{segPos: segPos{seg: binary.BigEndian.Uint32(v[9:]), off: binary.BigEndian.Uint32(v[13:])}, n: binary.BigEndian.Uint32(v[17:])}
+}
+
 // eventHeaderSize is the header length of an E or A value, 0 if v is not
 // one. A version 3 value is all header.
 func eventHeaderSize(v []byte) int {

@@ -422,30 +422,65 @@ func (g *segments) syncTo(end segPos) error {
 // read returns the body at loc, checked against its record's length and
 // checksum; a record that does not match, or a segment that is missing
 // or too short, is a *CorruptError of key.
-func (g *segments) read(key []byte, loc segLoc) ([]byte, error) {
-	sf, err := g.reader(loc.seg)
+func (g *segments) read(key []byte, loc segLoc) (raw []byte, err error) {
+	g.readRun([][]byte{key}, []segLoc{loc}, nil, func(_ int, r []byte, e error) { raw, err = r, e })
+	return raw, err
+}
+
+// readRun reads the records at locs, of one segment and in offset order,
+// with one read of the span they cover, into buf if it is big enough, and
+// calls fn with each body or its error as read returns them. The bodies
+// are in the buffer it returns (buf, or a bigger one) for the next run.
+func (g *segments) readRun(keys [][]byte, locs []segLoc, buf []byte, fn func(i int, raw []byte, err error)) []byte {
+	fail := func(err error) {
+		for i := range locs {
+			fn(i, nil, err)
+		}
+	}
+	num := locs[0].seg
+	sf, err := g.reader(num)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, corrupt(key, fmt.Errorf("segment %d is missing", loc.seg))
+			for i := range locs {
+				fn(i, nil, corrupt(keys[i], fmt.Errorf("segment %d is missing", num)))
+			}
+			return buf
 		}
-		return nil, fmt.Errorf("rawstore: open segment %d: %w", loc.seg, err)
+		fail(fmt.Errorf("rawstore: open segment %d: %w", num, err))
+		return buf
 	}
 	defer g.release(sf)
-	rec := make([]byte, segRecHeader+int(loc.n))
-	if _, err := sf.f.ReadAt(rec, int64(loc.off)); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, corrupt(key, fmt.Errorf("segment %d ends before the record at %d", loc.seg, loc.off))
+	start, end := int64(locs[0].off), int64(0)
+	for _, l := range locs {
+		end = max(end, int64(l.off)+segRecHeader+int64(l.n))
+	}
+	if int64(cap(buf)) < end-start {
+		buf = make([]byte, end-start)
+	}
+	span := buf[:end-start]
+	got, err := sf.f.ReadAt(span, start)
+	if err != nil && !errors.Is(err, io.EOF) {
+		fail(fmt.Errorf("rawstore: read segment %d at %d: %w", num, start, err))
+		return buf
+	}
+	for i, l := range locs {
+		at := int64(l.off) - start
+		if at+segRecHeader+int64(l.n) > int64(got) {
+			fn(i, nil, corrupt(keys[i], fmt.Errorf("segment %d ends before the record at %d", num, l.off)))
+			continue
 		}
-		return nil, fmt.Errorf("rawstore: read segment %d at %d: %w", loc.seg, loc.off, err)
+		rec := span[at : at+segRecHeader+int64(l.n)]
+		raw := rec[segRecHeader:]
+		switch {
+		case binary.BigEndian.Uint32(rec) != l.n:
+			fn(i, nil, corrupt(keys[i], fmt.Errorf("segment %d at %d: record of %d bytes, want %d", num, l.off, binary.BigEndian.Uint32(rec), l.n)))
+		case crc32.Checksum(raw, castagnoli) != binary.BigEndian.Uint32(rec[4:]):
+			fn(i, nil, corrupt(keys[i], fmt.Errorf("segment %d at %d: checksum mismatch", num, l.off)))
+		default:
+			fn(i, raw, nil)
+		}
 	}
-	raw := rec[segRecHeader:]
-	if n := binary.BigEndian.Uint32(rec); n != loc.n {
-		return nil, corrupt(key, fmt.Errorf("segment %d at %d: record of %d bytes, want %d", loc.seg, loc.off, n, loc.n))
-	}
-	if crc32.Checksum(raw, castagnoli) != binary.BigEndian.Uint32(rec[4:]) {
-		return nil, corrupt(key, fmt.Errorf("segment %d at %d: checksum mismatch", loc.seg, loc.off))
-	}
-	return raw, nil
+	return buf
 }
 
 // reader returns a read handle on segment num, referenced for the caller

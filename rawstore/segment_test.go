@@ -277,3 +277,62 @@ func TestDirectSegments(t *testing.T) {
 		}
 	}
 }
+
+// A page of copies of stored ids reads their bodies in runs: one damaged
+// record amid the run is repaired by its fresh copy, its neighbours are
+// duplicates.
+func TestLookupReadsRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rel, err := s.RelayIndex("wss://runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	batch := func() *Batch {
+		b := &Batch{Relay: rel}
+		for i := range n {
+			b.Events = append(b.Events, Copy{ID: id(i), Raw: segRaw(i)})
+		}
+		return b
+	}
+	if res := mustIngest(t, s, batch()); res.New != n {
+		t.Fatalf("first ingest: %+v", res)
+	}
+	// Garble one body in the middle of the log.
+	victim := id(n / 2)
+	v, err := s.get(eventKey(&victim))
+	if err != nil || v[0] != eventV3 {
+		t.Fatalf("E value of the victim: %x, %v", v, err)
+	}
+	loc := segLocOf(v)
+	f, err := os.OpenFile(segName(filepath.Join(dir, segDirName), loc.seg), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("garbage"), int64(loc.off)+segRecHeader+10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	res := mustIngest(t, s, batch())
+	if res.Repaired != 1 || res.Duplicates != n-1 || res.New != 0 {
+		t.Fatalf("second ingest: %+v; want 1 repaired, %d duplicates", res, n-1)
+	}
+	if got, err := s.segs.read(eventKey(&victim), segLocOf(mustGet(t, s, eventKey(&victim)))); err != nil || !bytes.Equal(got, segRaw(n/2)) {
+		t.Fatalf("the repaired copy reads %q, %v", got, err)
+	}
+}
+
+func mustGet(t *testing.T, s *Store, k []byte) []byte {
+	t.Helper()
+	v, err := s.get(k)
+	if err != nil || v == nil {
+		t.Fatalf("get %x: %x, %v", k, v, err)
+	}
+	return v
+}
