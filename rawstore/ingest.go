@@ -468,10 +468,8 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 				inLog = append(inLog, append(slices.Clip(k), v...))
 				continue
 			}
-			var relay uint32
-			var raw []byte
 			if err == nil {
-				relay, raw, err = s.decodeEvent(k, v)
+				_, _, err = s.decodeEvent(k, v) // a header of version 1 or 2, or damage
 			}
 			if err != nil {
 				// The stored copy cannot be read back: this copy
@@ -481,7 +479,7 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 				found[[32]byte(k[1:])] = damagedCopy
 				continue
 			}
-			found[[32]byte(k[1:])] = eventValue(relay, uint32(eventSeen(v)), raw)
+			found[[32]byte(k[1:])] = append([]byte(nil), v...)
 		} else if err := it.Error(); err != nil {
 			if !s.noteDamage(corruptIf(k, err)) {
 				return nil, err
@@ -495,7 +493,10 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 	// of another relay's), so a page of duplicates costs a few reads, not
 	// one per copy.
 	const kl = 1 + idLen
-	slices.SortFunc(inLog, func(x, y []byte) int { return bytes.Compare(x[kl+9:kl+17], y[kl+9:kl+17]) })
+	slices.SortFunc(inLog, func(x, y []byte) int {
+		p, q := segLocOf(x[kl:]).segPos, segLocOf(y[kl:]).segPos
+		return cmp.Or(cmp.Compare(p.seg, q.seg), cmp.Compare(p.off, q.off))
+	})
 	var runKeys [][]byte
 	var runLocs []segLoc
 	var buf []byte // the runs' bytes, reused from one to the next
