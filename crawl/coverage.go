@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -368,4 +369,102 @@ func (r *relayCrawl) retryWalls(ctx context.Context) {
 			r.log.Info("wall retry failed", zap.Int64("second", s), zap.Error(err))
 		}
 	}
+}
+
+// readBackLimit bounds the damaged ids one crawl asks a relay for again:
+// past it the rest is left to `archiver repair`.
+const readBackLimit = 100_000
+
+// readBackEarlier reads back the relay's stored events in the parts of
+// the job's range this run did not page: what earlier runs paged (the
+// shards done when this run started, the part of a resumed shard above
+// where this run took it up, and all of a finished open job below the
+// part extended to now). This run's pages compared each copy the relay
+// served with the stored one, but nothing read those parts, and a body
+// damaged since would let the crawl call the relay drained over it. What
+// cannot be read back is asked of the relay again by id (a copy it serves
+// replaces the damaged one). It returns what is still damaged, for the
+// result's detail, or "".
+func (r *relayCrawl) readBackEarlier(ctx context.Context) string {
+	if r.c.opts.SkipReadBack {
+		return ""
+	}
+	r.mu.Lock()
+	top := r.job.meta.Since
+	var paged [][2]int64
+	for _, s := range r.queue.Shards() {
+		top = max(top, s.Until)
+		if t := r.tallies[s.ID]; t != nil {
+			paged = append(paged, [2]int64{s.Since, t.top})
+		}
+	}
+	todo := unpaged(r.job.meta.Since, top, paged)
+	r.mu.Unlock()
+	var damaged [][32]byte
+	var read, over int64
+	for _, g := range todo {
+		hi := uint64(math.MaxUint64)
+		if g[1] != shard.OpenTop {
+			hi = uint64(g[1])
+		}
+		err := r.c.opts.Store.ReadBack(ctx, r.idx, uint64(max(g[0], 0)), hi, func(_ uint64, id [32]byte, ok bool) error {
+			read++
+			switch {
+			case ok:
+			case len(damaged) < readBackLimit:
+				damaged = append(damaged, id)
+			default:
+				over++
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Sprintf("reading back the events of [%d, %s] an earlier run stored: %v", g[0], untilText(g[1]), err)
+		}
+	}
+	if len(damaged) == 0 {
+		if read > 0 {
+			r.log.Info("read back the ranges earlier runs paged", zap.Int64("events", read))
+		}
+		return ""
+	}
+	r.log.Warn("stored events of the relay cannot be read back; asking the relay for them again",
+		zap.Int64("read", read), zap.Int("damaged", len(damaged)+int(over)))
+	pc, err := r.conns.acquire(ctx)
+	if err != nil {
+		return fmt.Sprintf("%d stored events of the relay cannot be read back, and it could not be asked for them again: %v", len(damaged)+int(over), err)
+	}
+	missing, _, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, damaged, 100, 8, r.c.opts.PageTimeout)
+	r.conns.release(pc)
+	left := int64(len(missing)) + over
+	r.log.Info("asked the relay again for damaged events", zap.Int("asked", len(damaged)), zap.Int64("left", left), zap.Error(err))
+	if left == 0 {
+		return ""
+	}
+	why := fmt.Sprintf("%d of the relay's stored events cannot be read back, and the relay did not serve them again", left)
+	if err != nil {
+		why += " (" + err.Error() + ")"
+	}
+	return why
+}
+
+// unpaged is what of [since, until] the ranges in paged leave out, in
+// order.
+func unpaged(since, until int64, paged [][2]int64) [][2]int64 {
+	slices.SortFunc(paged, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var out [][2]int64
+	at := since // the first second not yet known paged
+	for _, p := range paged {
+		if p[0] > at {
+			out = append(out, [2]int64{at, min(p[0]-1, until)})
+		}
+		if p[1] >= until {
+			return out
+		}
+		at = max(at, p[1]+1)
+	}
+	if at <= until {
+		out = append(out, [2]int64{at, until})
+	}
+	return out
 }

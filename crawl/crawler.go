@@ -70,6 +70,11 @@ type Options struct {
 	OnCommit func()
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// SkipReadBack leaves the ranges an earlier run paged unread (see
+	// readBackEarlier): for a caller that read them back already in this
+	// process (the daemon's later passes of a relay). A crawl that skips it
+	// trusts the archive's bodies in those ranges.
+	SkipReadBack bool
 	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
 	// (see auth.go); a relay without a key is never authenticated to.
 	AuthKeys *AuthKeys
@@ -321,6 +326,7 @@ const (
 	FinishUnproven        = "unproven"         // paged to the end, but the relay's COUNT says it holds more than it served
 	FinishRestricted      = "restricted"       // CLOSED restricted: (after AUTH, the key is not one the relay serves)
 	FinishAuthRejected    = "auth-rejected"    // the relay answered our NIP-42 AUTH with OK false
+	FinishDamaged         = "damaged"          // paged to the end, but stored events of the relay cannot be read back, and it did not serve them again
 )
 
 // Result is one relay's outcome.

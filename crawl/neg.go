@@ -16,11 +16,16 @@ import (
 )
 
 // localItems lists the archive's ids with created_at in [since, until]
-// in negentropy order (the T index is in that order already).
-func localItems(store *rawstore.Store, since, until int64) ([]negentropy.Item, error) {
+// in negentropy order (the T index is in that order already), leaving out
+// those whose bodies do not read back: told the archive lacks them, the
+// relay sends them, and the copy it sends replaces the damaged one. A
+// reconciliation never proves a range over a body the archive lost.
+func localItems(ctx context.Context, store *rawstore.Store, since, until int64) ([]negentropy.Item, error) {
 	var items []negentropy.Item
-	err := store.IDsInRange(uint64(max(since, 0)), uint64(until), func(ts uint64, id [32]byte) error {
-		items = append(items, negentropy.Item{Timestamp: ts, ID: id})
+	err := store.ReadBack(ctx, rawstore.AnyRelay, uint64(max(since, 0)), uint64(until), func(ts uint64, id [32]byte, ok bool) error {
+		if ok {
+			items = append(items, negentropy.Item{Timestamp: ts, ID: id})
+		}
 		return nil
 	})
 	return items, err
@@ -152,7 +157,7 @@ func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, 
 // with the relay's, fetches what is missing, and reports whether the
 // range is now held in full.
 func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete bool, fetched int, err error) {
-	items, err := localItems(r.c.opts.Store, since, until)
+	items, err := localItems(ctx, r.c.opts.Store, since, until)
 	if err != nil {
 		return false, 0, err
 	}

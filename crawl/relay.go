@@ -298,6 +298,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	// Every shard is paged: walls not yet proven get another try with
 	// every author the crawl has seen, then each range is checked
 	// against the relay's COUNT.
+	damaged := r.readBackEarlier(ctx)
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
 	if res, ok := r.finished(); ok {
@@ -316,6 +317,9 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	// Every worker has stopped: nothing else writes this relay's states.
 	if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Shards: meta}); err != nil {
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
+	}
+	if damaged != "" {
+		return Result{Relay: r.url, Finish: FinishDamaged, Detail: damaged}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

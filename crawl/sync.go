@@ -113,7 +113,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 	if until < 0 {
 		until = maxUntil
 	}
-	items, err := localItems(o.Store, o.Since, until)
+	items, err := localItems(ctx, o.Store, o.Since, until)
 	if err != nil {
 		return fail(SyncFailed, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/negentropy"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/zap/zaptest"
@@ -114,8 +115,12 @@ func TestSyncModes(t *testing.T) {
 		detail  string // in the result's Detail
 		cap     int    // remembered in the record
 		windows int    // at least this many windows
+		garble  bool   // 4 KiB of the archive's log garbled first
 	}{
 		{name: "plain", opts: testrelay.Options{NIP77: true}, outcome: crawl.SyncComplete, windows: 1},
+		// The damaged bodies are not offered as held: the relay sends them,
+		// and their copies replace the damaged ones.
+		{name: "damaged archive", opts: testrelay.Options{NIP77: true}, outcome: crawl.SyncComplete, windows: 1, garble: true},
 		{name: "max_limit below 100 ids", opts: testrelay.Options{NIP77: true, MaxLimit: 30}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "frame limit", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096}, outcome: crawl.SyncComplete, windows: 1},
 		{name: "go-nostr responder", opts: testrelay.Options{NIP77: true, NegFrameLimit: 4096, NegResponder: goNostrResponder}, outcome: crawl.SyncComplete, windows: 1},
@@ -150,7 +155,18 @@ func TestSyncModes(t *testing.T) {
 			if err := os.CopyFS(dir, os.DirFS(seeded)); err != nil {
 				t.Fatal(err)
 			}
+			if c.garble {
+				storetest.Garble(t, dir, ".seg", 4096)
+			}
 			a := openArchiveAt(t, dir)
+			damaged := 0
+			if c.garble {
+				rep, err := a.store.Check()
+				if err != nil || rep.Damaged == 0 {
+					t.Fatalf("check of the garbled archive: %v, %d damaged; want some", err, rep.Damaged)
+				}
+				damaged = len(rep.DamagedIDs)
+			}
 			res := a.sync(t, relay.URL())
 			t.Logf("%+v", res)
 			if res.Outcome != c.outcome || !strings.Contains(res.Detail, c.detail) {
@@ -178,8 +194,11 @@ func TestSyncModes(t *testing.T) {
 				}
 				return
 			}
-			if res.Needed != len(missing) || res.Fetched != len(missing) || res.Have != 0 {
-				t.Errorf("needed %d fetched %d have %d, want %d, %d, 0", res.Needed, res.Fetched, res.Have, len(missing), len(missing))
+			if want := len(missing) + damaged; res.Needed != want || res.Fetched != want || res.Have != 0 {
+				t.Errorf("needed %d fetched %d have %d, want %d, %d, 0", res.Needed, res.Fetched, res.Have, want, want)
+			}
+			if err := a.store.Damage(); err != nil || a.store.Repaired() != damaged {
+				t.Errorf("after the sync: damage %v, %d repaired; want none, %d", err, a.store.Repaired(), damaged)
 			}
 			// Adjacent windows join into one proof of the whole range.
 			if len(rec.NegProofs) != 1 || rec.NegProofs[0].Since != 0 || rec.NegProofs[0].Until != -1 || rec.NIP77 != "ok" {

@@ -38,6 +38,10 @@ type relayLoop struct {
 	backfillComplete bool
 	last             crawl.Result
 	passes           int
+	// readBack: a pass of this process read back (and proved readable)
+	// what earlier runs stored of the relay; later passes skip that while
+	// the store has met no damage since.
+	readBack bool
 }
 
 // startRelaysLocked hands every relay of cfg not known yet to the
@@ -70,13 +74,16 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 		if ctx.Err() != nil {
 			break
 		}
-		// Incomplete walls and unproven ranges are reported, not retried
-		// at once: paging the same relay again soon would yield the same.
+		// Incomplete walls, unproven ranges and damage the relay did not
+		// serve again are reported, not retried at once: paging the same
+		// relay again soon would yield the same.
 		// The live tail starts, but the backfill is complete only when
 		// drained: /status's backfill_complete is a promise.
-		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls || res.Finish == crawl.FinishUnproven
+		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls || res.Finish == crawl.FinishUnproven ||
+			res.Finish == crawl.FinishDamaged
 		l.set(func(l *relayLoop) {
 			l.last, l.passes = res, l.passes+1
+			l.readBack = l.readBack || ok && res.Finish != crawl.FinishDamaged
 			if ok {
 				// A pass that could not reach the relay leaves the last
 				// finished pass's word standing.
@@ -123,6 +130,11 @@ func (l *relayLoop) crawler() (*crawl.Crawler, error) {
 	o := l.d.crawlOptions()
 	o.Dialer = l.d.dialerFor(l.cfg.URL)
 	o.Since, o.Until, o.Kinds, o.Authors = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds, l.cfg.Authors
+	// Reading a relay's whole history back every catch-up interval would
+	// cost more than the pass: once per process, and again after damage.
+	l.mu.Lock()
+	o.SkipReadBack = l.readBack && o.Store.Damage() == nil
+	l.mu.Unlock()
 	c, err := crawl.New(o)
 	return c, err
 }

@@ -401,7 +401,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, j *Job, deliveries 
 		st.State = StateFailed
 		w.record(ctx, st)
 		_ = msg.Term()
-	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls || st.Finish == crawl.FinishUnproven:
+	case st.Finish == crawl.FinishDrained || st.Finish == crawl.FinishIncompleteWalls || st.Finish == crawl.FinishUnproven || st.Finish == crawl.FinishDamaged:
 		st.State = StateDone
 		w.record(ctx, st)
 		_ = msg.Ack()
@@ -469,7 +469,7 @@ func outcome(rs []crawl.Result) (finish, detail string) {
 		switch f {
 		case crawl.FinishDrained:
 			return 0
-		case crawl.FinishIncompleteWalls, crawl.FinishUnproven:
+		case crawl.FinishIncompleteWalls, crawl.FinishUnproven, crawl.FinishDamaged:
 			return 1
 		case crawl.FinishAuthRequired, crawl.FinishUnpageable, crawl.FinishRefused, crawl.FinishRestricted, crawl.FinishAuthRejected:
 			return 2

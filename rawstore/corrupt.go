@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -179,21 +180,49 @@ func (s *Store) iterPastDamage(last, upper []byte) *pebble.Iterator {
 }
 
 // damageLog keeps what the store found damaged since it was opened, so
-// that a command can refuse to call its work complete over it.
+// that a command can refuse to call its work complete over it, and what
+// of it was repaired since: a copy fetched again that replaced an
+// unreadable event (ingest) takes its record off the list.
 type damageLog struct {
-	mu    sync.Mutex
-	n     int
-	first []*CorruptError
+	mu       sync.Mutex
+	open     map[string]*CorruptError // by record key, while not repaired
+	lasting  int                      // past damageTracked: never taken off
+	repaired int
 }
 
-const damageListed = 10 // examples kept; the count goes on
+// damageTracked bounds the damaged records kept by key. Beyond it damage
+// is only counted, and a repair cannot take it off: the log says
+// "damaged" until the next open (and `archiver check`) says otherwise.
+const damageTracked = 1 << 16
+
+const damageListed = 10 // examples given; the count goes on
 
 func (d *damageLog) add(e *CorruptError) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.n++
-	if len(d.first) < damageListed {
-		d.first = append(d.first, e)
+	if _, ok := d.open[string(e.Key)]; ok {
+		return
+	}
+	if len(d.open) >= damageTracked {
+		d.lasting++
+		return
+	}
+	if d.open == nil {
+		d.open = map[string]*CorruptError{}
+	}
+	d.open[string(e.Key)] = e
+}
+
+// repair takes id's event record off the list, and its verdict's (ingest
+// forgets the verdict of a replaced copy), once a fetched copy replaced it.
+func (d *damageLog) repair(id *[32]byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range [][]byte{eventKey(id), verdictKey(id)} {
+		if _, ok := d.open[string(k)]; ok {
+			delete(d.open, string(k))
+			d.repaired++
+		}
 	}
 }
 
@@ -220,15 +249,29 @@ func (e *DamageError) Is(target error) bool { return target == ErrCorrupt }
 func (d *damageLog) err() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.n == 0 {
+	if len(d.open)+d.lasting == 0 {
 		return nil
 	}
-	return &DamageError{N: d.n, First: append([]*CorruptError(nil), d.first...)}
+	first := make([]*CorruptError, 0, len(d.open))
+	for _, e := range d.open {
+		first = append(first, e)
+	}
+	slices.SortFunc(first, func(a, b *CorruptError) int { return bytes.Compare(a.Key, b.Key) })
+	return &DamageError{N: len(d.open) + d.lasting, First: first[:min(len(first), damageListed)]}
 }
 
 // Damage returns a *DamageError for the damaged records this store met
-// since it was opened (each skipped where it was met), or nil.
+// since it was opened (each skipped where it was met) and that no copy
+// fetched since has replaced, or nil.
 func (s *Store) Damage() error { return s.damage.err() }
+
+// Repaired is how many damaged records met since the store was opened a
+// fetched copy has replaced.
+func (s *Store) Repaired() int {
+	s.damage.mu.Lock()
+	defer s.damage.mu.Unlock()
+	return s.damage.repaired
+}
 
 // noteDamage records err if it is a *CorruptError and reports whether it
 // was one (so the caller skips the record rather than failing).

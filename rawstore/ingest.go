@@ -214,6 +214,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 	added := make(map[[32]byte]*Copy, len(in.Events))
 	var newIDs, dups int64
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
+	var repaired []*[32]byte
 	for i := range in.Events {
 		c := &in.Events[i]
 		// stored is the stored copy's bytes: from this batch or Pebble.
@@ -236,6 +237,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 			}
 			stored = nil
 			res.Repaired++
+			repaired = append(repaired, &c.ID)
 		}
 		switch {
 		case stored == nil:
@@ -360,6 +362,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 		return res, err
 	}
 	s.segs.tail = tail
+	for _, id := range repaired {
+		s.damage.repair(id)
+	}
 	if len(added) > 0 {
 		ids := make(map[[32]byte]struct{}, len(added))
 		for id := range added {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"time"
@@ -180,10 +181,19 @@ func runCrawl(args []string) int {
 			}
 		}
 	}
-	if st, err := store.Stats(); err == nil {
-		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
-	}
+	summary(stderr, store, c.data)
 	return storeVerdict("crawl", code, store)
+}
+
+// summary is the last lines of a command that fetched into the archive:
+// what it repaired, and what the archive holds.
+func summary(w io.Writer, store *rawstore.Store, data string) {
+	if n := store.Repaired(); n > 0 {
+		fmt.Fprintf(w, "repaired %d damaged records of %s with the copies relays served again\n", n, data)
+	}
+	if st, err := store.Stats(); err == nil {
+		fmt.Fprintf(w, "archive %s: %d events, %d valid, %d invalid, %d pending\n", data, st.Events, st.Valid, st.Invalid, st.Pending)
+	}
 }
 
 // storeVerdict is the exit code once the store had its say: a relay

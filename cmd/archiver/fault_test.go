@@ -130,10 +130,16 @@ func TestDamagedArchiveRepair(t *testing.T) {
 	assertExport(t, data, f)
 }
 
-// The line `archiver crawl` prints per relay names the damage the store
-// met during the run. Before: the relay's line read `drained`, and only a
-// global message at the end said the archive was damaged.
-func TestCrawlLineNamesDamage(t *testing.T) {
+// A crawl over a damaged archive, case by case (issue 12: a crawl on a
+// damaged archive reported drained, exit 0). The same job again, which an
+// earlier run finished, reads back what that run stored of the relay:
+// bodies the relay serves again are repaired (drained, exit 0, and check
+// passes after); bodies it no longer serves leave the relay `damaged`,
+// exit 1, naming what to run. A new job pages every event again and
+// repairs the damage the same way. Before: the same job read no body and
+// said drained, exit 0; the new job said drained and exit 1 over damage it
+// had repaired.
+func TestCrawlOverDamage(t *testing.T) {
 	t.Parallel()
 	f := fixture(t, testrelay.FixtureOptions{Seed: 5, Events: 600})
 	r := relay(t, testrelay.Options{}, f)
@@ -156,13 +162,52 @@ func TestCrawlLineNamesDamage(t *testing.T) {
 		t.Fatalf("reprocess: exit %d\n%s", code, tail(stderr))
 	}
 	storetest.Garble(t, data, ".seg", 4096)
-	// A range of its own is a new job: every event is paged again, and
-	// the ingest meets the damaged copies.
-	code, _, stderr = runFor(t, time.Minute, "crawl", "--data", data, "--since", fmt.Sprint(f.Since), r.URL())
-	l := line(stderr)
-	t.Logf("crawl of a damaged archive: exit %d: %s", code, l)
-	if code != 1 || !strings.HasPrefix(l, r.URL()+": drained") || !strings.Contains(l, "; not complete: the archive met ") ||
-		!strings.Contains(l, "damaged records during the run") || !strings.Contains(l, "archiver repair --data "+data) {
-		t.Errorf("crawl of a damaged archive: exit %d, line %q; want exit 1 and the damage named", code, l)
+	copies := map[string]string{}
+	for _, name := range []string{"same job", "new job", "relay gone"} {
+		copies[name] = filepath.Join(t.TempDir(), "archive")
+		if err := os.CopyFS(copies[name], os.DirFS(data)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if code, stdout, _ := runFor(t, time.Minute, "check", "--data", data); code != 1 || !strings.Contains(stdout, "damaged record event") {
+		t.Fatalf("check of the garbled archive: exit %d, want 1 naming damaged events\n%s", code, stdout)
+	}
+
+	for _, c := range []struct {
+		name     string
+		extra    []string
+		readBack bool // the damage is met reading back, not in pages
+	}{{"same job", nil, true}, {"new job", []string{"--since", fmt.Sprint(f.Since)}, false}} {
+		dir := copies[c.name]
+		code, _, stderr := runFor(t, time.Minute, append(append([]string{"crawl", "--data", dir}, c.extra...), r.URL())...)
+		l := line(stderr)
+		t.Logf("%s over damage: exit %d: %s", c.name, code, l)
+		if code != 0 || !strings.HasPrefix(l, r.URL()+": drained") || strings.Contains(l, "damaged") || !strings.Contains(stderr, "repaired ") {
+			t.Errorf("%s over damage: exit %d, line %q; want drained, exit 0, and the repair named\n%s", c.name, code, l, tail(stderr))
+		}
+		if asked := strings.Contains(stderr, "asked the relay again for damaged events"); asked != c.readBack {
+			t.Errorf("%s over damage: damaged ids asked for again by id: %v, want %v", c.name, asked, c.readBack)
+		}
+		if code, stdout, stderr := runFor(t, time.Minute, "check", "--data", dir); code != 0 {
+			t.Errorf("check after the %s crawl: exit %d\n%s%s", c.name, code, stdout, stderr)
+		}
+	}
+
+	// The relay no longer serves what it served: the same address, empty.
+	addr := strings.TrimPrefix(r.URL(), "ws://")
+	r.Close()
+	empty, err := testrelay.New(testrelay.Options{Addr: addr})
+	if err != nil {
+		t.Fatalf("cannot listen on %s again: %v", addr, err)
+	}
+	defer empty.Close()
+	dir := copies["relay gone"]
+	code, _, stderr = runFor(t, time.Minute, "crawl", "--data", dir, "--log-format", "console", r.URL())
+	l := line(stderr)
+	t.Logf("relay gone, over damage: exit %d: %s", code, l)
+	if code != 1 || !strings.HasPrefix(l, r.URL()+": damaged: ") || !strings.Contains(l, "did not serve them again") ||
+		!strings.Contains(l, "archiver repair --data "+dir) {
+		t.Errorf("crawl over damage the relay no longer serves: exit %d, line %q; want damaged, exit 1, and what to run", code, l)
+	}
+	forPeople(t, "crawl", stderr)
 }

@@ -104,8 +104,6 @@ func runSync(args []string) int {
 			code = 1
 		}
 	}
-	if st, err := store.Stats(); err == nil {
-		fmt.Fprintf(stderr, "archive %s: %d events, %d valid, %d invalid, %d pending\n", c.data, st.Events, st.Valid, st.Invalid, st.Pending)
-	}
+	summary(stderr, store, c.data)
 	return storeVerdict("sync", code, store)
 }
