@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nostr-archiver/archiver/config"
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -87,7 +89,13 @@ func backfillOnce(t *testing.T, opts testrelay.Options, items []testrelay.Item) 
 	r.Add(items...)
 	t.Cleanup(func() { r.Close() })
 	dir := t.TempDir()
-	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
+	return backfillAt(t, r.URL(), dir), dir
+}
+
+// backfillAt is backfillOnce of the relay at url into the archive in dir.
+func backfillAt(t *testing.T, url, dir string) *Status {
+	t.Helper()
+	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{url}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,5 +125,62 @@ func backfillOnce(t *testing.T, opts testrelay.Options, items []testrelay.Item) 
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	return st, dir
+	return st
+}
+
+// A relay backfilled completely, its archive's log then garbled: the next
+// backfill reads back what the first stored, fetches the damaged events
+// again and is complete; with the relay no longer serving them, it ends
+// `damaged` and backfill_complete is false. Before: the second backfill
+// read no body and said complete.
+func TestDamagedBackfillIsNotComplete(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	cache, _ := os.UserCacheDir()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 16, Events: 1000, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := testrelay.New(testrelay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(f.Items...)
+	defer r.Close()
+	url, dir := r.URL(), t.TempDir()
+	st := backfillAt(t, url, dir)
+	if rel := st.Relays[0]; rel.LastFinish != crawl.FinishDrained || !rel.BackfillComplete {
+		t.Fatalf("first backfill: finish %q, complete %v", rel.LastFinish, rel.BackfillComplete)
+	}
+	storetest.Garble(t, dir, ".seg", 4096)
+	gone := filepath.Join(t.TempDir(), "archive")
+	if err := os.CopyFS(gone, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+
+	st = backfillAt(t, url, dir)
+	if rel := st.Relays[0]; rel.LastFinish != crawl.FinishDrained || !rel.BackfillComplete {
+		t.Errorf("backfill over damage the relay serves again: finish %q (%s), complete %v; want drained and complete", rel.LastFinish, rel.LastDetail, rel.BackfillComplete)
+	}
+	s, err := rawstore.Open(rawstore.Options{Dir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Check()
+	s.Close()
+	if err != nil || rep.Damaged != 0 {
+		t.Errorf("check after the repairing backfill: %v, %d damaged", err, rep.Damaged)
+	}
+
+	// The relay no longer serves what it served: the same address, empty.
+	r.Close()
+	empty, err := testrelay.New(testrelay.Options{Addr: strings.TrimPrefix(url, "ws://")})
+	if err != nil {
+		t.Fatalf("listen on %s again: %v", url, err)
+	}
+	defer empty.Close()
+	st = backfillAt(t, url, gone)
+	if rel := st.Relays[0]; rel.LastFinish != crawl.FinishDamaged || rel.BackfillComplete {
+		t.Errorf("backfill over damage the relay no longer serves: finish %q (%s), complete %v; want damaged, not complete", rel.LastFinish, rel.LastDetail, rel.BackfillComplete)
+	}
 }
