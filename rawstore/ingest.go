@@ -436,10 +436,9 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 }
 
 // lookup returns the stored E values of the ids of evs that exist,
-// looking up only those the id filter cannot prove new. One
-// iterator serves the batch in id order: a prefix seek consults the bloom
-// filters (of every level: see Open) without Get's per-call iterator
-// setup, and sorted seeks reuse the blocks they load.
+// looking up only those the id filter cannot prove new: a version 3
+// value resolved (its body read from the log, for ingest to compare a
+// copy's bytes), damagedCopy for one that cannot be read back.
 func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 	found := make(map[[32]byte][]byte, len(evs))
 	if len(evs) == 0 {
@@ -451,17 +450,48 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 			keys = append(keys, eventKey(&evs[i].ID))
 		}
 	}
+	err := s.readStored(keys, func(k, v, raw []byte, err error) {
+		id := [32]byte(k[1:])
+		switch {
+		case err != nil:
+			// The stored copy cannot be read back: this copy
+			// replaces it (see ingestLocked).
+			found[id] = damagedCopy
+		case v[0] != eventV3:
+			found[id] = append([]byte(nil), v...)
+		default:
+			found[id] = eventValue(binary.BigEndian.Uint32(v[1:5]), uint32(eventSeen(v)), raw)
+		}
+	})
+	return found, err
+}
+
+// readStored reads the stored copies of keys (E keys; sorted here) and
+// calls fn with each that exists: its E value v and its body raw, or the
+// damage (a *CorruptError, noted) that keeps it from being read back. v
+// and raw are valid only during the call. One iterator serves the keys
+// in id order: a prefix seek consults the bloom filters (of every level:
+// see Open) without Get's per-call iterator setup, and sorted seeks reuse
+// the blocks they load. The bodies in the log are then read in log
+// order, a run of neighbours at a time: a relay's copies of stored events
+// were mostly stored together (a page of another relay's), so a page of
+// duplicates costs a few reads, not one per copy.
+func (s *Store) readStored(keys [][]byte, fn func(k, v, raw []byte, err error)) error {
 	if len(keys) == 0 {
-		return found, nil
+		return nil
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	// UseL6Filters: Pebble skips the last level's filters unless asked,
 	// and the last level is where most random ids live.
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer it.Close()
+	bad := func(k []byte, err error) {
+		s.noteDamage(err)
+		fn(k, nil, nil, err)
+	}
 	var inLog [][]byte // E values whose bytes are in the segment log, key first
 	for i, k := range keys {
 		if i > 0 && bytes.Equal(k, keys[i-1]) {
@@ -473,30 +503,24 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 				inLog = append(inLog, append(slices.Clip(k), v...))
 				continue
 			}
+			var raw []byte
 			if err == nil {
-				_, _, err = s.decodeEvent(k, v) // a header of version 1 or 2, or damage
+				_, raw, err = s.decodeEvent(k, v) // a header of version 1 or 2, or damage
 			}
 			if err != nil {
-				// The stored copy cannot be read back: this copy
-				// replaces it (see ingestLocked).
-				s.noteDamage(err)
+				bad(k, err)
 				unexhaust(it, k)
-				found[[32]byte(k[1:])] = damagedCopy
 				continue
 			}
-			found[[32]byte(k[1:])] = append([]byte(nil), v...)
+			fn(k, v, raw, nil)
 		} else if err := it.Error(); err != nil {
-			if !s.noteDamage(corruptIf(k, err)) {
-				return nil, err
+			if err = corruptIf(k, err); !errors.As(err, new(*CorruptError)) {
+				return err
 			}
+			bad(k, err)
 			unexhaust(it, k)
-			found[[32]byte(k[1:])] = damagedCopy
 		}
 	}
-	// The bodies are read in log order, a run of neighbours at a time: a
-	// relay's copies of stored events were mostly stored together (a page
-	// of another relay's), so a page of duplicates costs a few reads, not
-	// one per copy.
 	const kl = 1 + idLen
 	slices.SortFunc(inLog, func(x, y []byte) int {
 		p, q := segLocOf(x[kl:]).segPos, segLocOf(y[kl:]).segPos
@@ -518,19 +542,15 @@ func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
 			end = max(end, l.off+segRecHeader+l.n)
 		}
 		buf = s.segs.readRun(runKeys, runLocs, buf, func(i int, raw []byte, err error) {
-			k := runKeys[i]
 			if err != nil {
-				s.noteDamage(err) // replaced by this copy (see ingestLocked)
-				found[[32]byte(k[1:])] = damagedCopy
+				bad(runKeys[i], err)
 				return
 			}
-			v := inLog[i][kl:]
-			// Resolved, for ingest to compare a copy's bytes.
-			found[[32]byte(k[1:])] = eventValue(binary.BigEndian.Uint32(v[1:5]), uint32(eventSeen(v)), raw)
+			fn(runKeys[i], inLog[i][kl:], raw, nil)
 		})
 		inLog = inLog[len(runLocs):]
 	}
-	return found, nil
+	return nil
 }
 
 // A lookup reads the bodies of stored copies in runs: records at most
