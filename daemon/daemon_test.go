@@ -22,6 +22,32 @@ import (
 // client keeps no idle connections, so the leak check sees none.
 var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
+// cachedFixture is testrelay.Generate with the fixture cached across runs.
+func cachedFixture(t *testing.T, o testrelay.FixtureOptions) *testrelay.Fixture {
+	t.Helper()
+	if cache, err := os.UserCacheDir(); err == nil {
+		o.CacheDir = filepath.Join(cache, "archiver-test-fixtures")
+	}
+	f, err := testrelay.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// serveItems starts a test relay (o) serving items, closed when the test
+// ends.
+func serveItems(t *testing.T, o testrelay.Options, items []testrelay.Item) *testrelay.Relay {
+	t.Helper()
+	r, err := testrelay.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(items...)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func getStatus(t *testing.T, addr string) *Status {
 	resp, err := client.Get("http://" + addr + "/status")
 	if err != nil {
@@ -40,17 +66,8 @@ func getStatus(t *testing.T, addr string) *Status {
 func TestDiskFloorPausesCrawl(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 21, Events: 1500, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := testrelay.New(testrelay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(f.Items...)
-	t.Cleanup(func() { r.Close() })
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 21, Events: 1500})
+	r := serveItems(t, testrelay.Options{}, f.Items)
 
 	cfg, err := config.Load("", config.Overrides{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
 	if err != nil {
@@ -106,18 +123,8 @@ func TestDiskFloorPausesCrawl(t *testing.T) {
 func TestStopTimeoutWithBusyWriters(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50,
-		CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := testrelay.New(testrelay.Options{MaxLimit: 50}) // many small pages: commits all the time
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(f.Items...)
-	t.Cleanup(func() { r.Close() })
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 7, Events: 6000, ForgedIDs: 10, BadSigs: 10, Duplicates: 20, Varied: 50})
+	r := serveItems(t, testrelay.Options{MaxLimit: 50}, f.Items) // many small pages: commits all the time
 	dir := t.TempDir()
 	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
 	if err != nil {
@@ -166,17 +173,8 @@ func TestStopTimeoutWithBusyWriters(t *testing.T) {
 func TestRelayAuthorsFilter(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 21, Events: 1500, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := testrelay.New(testrelay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(f.Items...)
-	t.Cleanup(func() { r.Close() })
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 21, Events: 1500})
+	r := serveItems(t, testrelay.Options{}, f.Items)
 	author := f.Authors[0]
 	want := 0
 	for _, v := range f.Valid {

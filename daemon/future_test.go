@@ -65,11 +65,7 @@ func TestBackfillArchivesFutureEvents(t *testing.T) {
 func TestUnprovenBackfillIsNotComplete(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 15, Events: 1000, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 15, Events: 1000})
 	st, _ := backfillOnce(t, testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true}, f.Items)
 	rel := st.Relays[0]
 	if rel.LastFinish != crawl.FinishUnproven || rel.BackfillComplete {
@@ -82,12 +78,7 @@ func TestUnprovenBackfillIsNotComplete(t *testing.T) {
 // event is verified, and returns its last /status and data directory.
 func backfillOnce(t *testing.T, opts testrelay.Options, items []testrelay.Item) (*Status, string) {
 	t.Helper()
-	r, err := testrelay.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(items...)
-	t.Cleanup(func() { r.Close() })
+	r := serveItems(t, opts, items)
 	dir := t.TempDir()
 	return backfillAt(t, r.URL(), dir), dir
 }
@@ -136,17 +127,8 @@ func backfillAt(t *testing.T, url, dir string) *Status {
 func TestDamagedBackfillIsNotComplete(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 16, Events: 1000, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := testrelay.New(testrelay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(f.Items...)
-	defer r.Close()
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 16, Events: 1000})
+	r := serveItems(t, testrelay.Options{}, f.Items)
 	url, dir := r.URL(), t.TempDir()
 	st := backfillAt(t, url, dir)
 	if rel := st.Relays[0]; rel.LastFinish != crawl.FinishDrained || !rel.BackfillComplete {

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -76,18 +74,9 @@ func matching(evs map[[32]byte]*event.Event, f string) map[string]bool {
 func TestServeWhileCrawling(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	cache, _ := os.UserCacheDir()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 21, Events: 1500, CacheDir: filepath.Join(cache, "archiver-test-fixtures")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 21, Events: 1500})
 	// Small, slow pages: the crawl takes a second or more.
-	r, err := testrelay.New(testrelay.Options{MaxLimit: 50, Latency: 30 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Add(f.Items...)
-	t.Cleanup(func() { r.Close() })
+	r := serveItems(t, testrelay.Options{MaxLimit: 50, Latency: 30 * time.Millisecond}, f.Items)
 	cfg, err := config.Load("", config.Overrides{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Relays: []string{r.URL()}, ServeListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

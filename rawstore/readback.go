@@ -99,12 +99,7 @@ func (s *Store) ReadBack(ctx context.Context, relay uint32, since, until uint64,
 // walkSightings calls fn with the (created_at, id) of each of relay's H
 // keys with since <= created_at <= until, in that order.
 func (s *Store) walkSightings(relay uint32, since, until uint64, fn func(createdAt uint64, id [32]byte) error) error {
-	p := binary.BigEndian.AppendUint32([]byte{prefixSighting}, relay)
-	lo := binary.BigEndian.AppendUint64(append([]byte(nil), p...), since)
-	hi := prefixEnd(p)
-	if until < ^uint64(0) {
-		hi = binary.BigEndian.AppendUint64(append([]byte(nil), p...), until+1)
-	}
+	lo, hi := sightingBounds(relay, since, until)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err

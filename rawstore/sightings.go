@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nostr-archiver/archiver/frame"
@@ -36,6 +37,18 @@ var (
 	sightingMarkKey  = []byte{prefixInternal, 's', 'i', 'g', 'h', 't', 'i', 'n', 'g', 's'}
 	sightingBuildKey = []byte{prefixInternal, 's', 'i', 'g', 'h', 't', 'i', 'n', 'g', 's', '-', 'b', 'u', 'i', 'l', 'd'}
 )
+
+// sightingBounds are the bounds of relay's H keys with since <=
+// created_at <= until.
+func sightingBounds(relay uint32, since, until uint64) (lo, hi []byte) {
+	p := binary.BigEndian.AppendUint32([]byte{prefixSighting}, relay)
+	lo = binary.BigEndian.AppendUint64(slices.Clip(p), since)
+	hi = prefixEnd(p)
+	if until < ^uint64(0) {
+		hi = binary.BigEndian.AppendUint64(slices.Clip(p), until+1)
+	}
+	return lo, hi
+}
 
 func sightingKey(relay uint32, createdAt uint64, id *[32]byte) []byte {
 	k := make([]byte, 0, sightingKeyLen)
@@ -196,12 +209,7 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 // countSightings is CountServed over the sighting index: the relay's H
 // keys in the range, each event's body read only for match.
 func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
-	p := binary.BigEndian.AppendUint32([]byte{prefixSighting}, relay)
-	lo := binary.BigEndian.AppendUint64(append([]byte(nil), p...), since)
-	hi := prefixEnd(p)
-	if until < ^uint64(0) {
-		hi = binary.BigEndian.AppendUint64(append([]byte(nil), p...), until+1)
-	}
+	lo, hi := sightingBounds(relay, since, until)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return 0, err
