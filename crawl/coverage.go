@@ -434,7 +434,7 @@ func (r *relayCrawl) readBackEarlier(ctx context.Context) string {
 	if err != nil {
 		return fmt.Sprintf("%d stored events of the relay cannot be read back, and it could not be asked for them again: %v", len(damaged)+int(over), err)
 	}
-	missing, _, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, damaged, 100, 8, r.c.opts.PageTimeout)
+	missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, damaged, r.c.opts.PageTimeout)
 	r.conns.release(pc)
 	left := int64(len(missing)) + over
 	r.log.Info("asked the relay again for damaged events", zap.Int("asked", len(damaged)), zap.Int64("left", left), zap.Error(err))

@@ -31,6 +31,15 @@ func localItems(ctx context.Context, store *rawstore.Store, since, until int64) 
 	return items, err
 }
 
+// FetchIDs asks the relay on c for ids, 100 per REQ {"ids":[...]} with 8
+// in flight, then what did not arrive in smaller REQs (a relay whose
+// max_limit is under 100 serves part of each); it stores what comes back
+// as relay's copies and returns the ids that did not arrive.
+func FetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, idle time.Duration) ([][32]byte, error) {
+	missing, _, err := fetchAll(ctx, c, store, relay, ids, 100, 8, idle)
+	return missing, err
+}
+
 // fetchIDs asks c for ids, perReq per REQ {"ids":[...]} with up to
 // inflight REQs outstanding, ingests what comes back, and returns the ids
 // that did not arrive.

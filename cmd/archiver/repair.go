@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -16,10 +15,6 @@ import (
 	"github.com/nostr-archiver/archiver/relayconn"
 	"go.uber.org/zap"
 )
-
-// repairChunk is how many ids go in one REQ: well under the id lists
-// relays accept, and one page each.
-const repairChunk = 200
 
 // stringList is a repeatable flag.
 type stringList []string
@@ -105,8 +100,8 @@ func runRepair(args []string) int {
 	return 0
 }
 
-// fetchByID asks url for the ids still in want, REQ by REQ, and stores
-// what comes back; it returns how many wanted ids it stored.
+// fetchByID asks url for the ids still in want, stores what comes back,
+// takes it out of want, and returns how many it stored.
 func fetchByID(ctx context.Context, store *rawstore.Store, url string, want map[[32]byte]bool, idle time.Duration) (int, error) {
 	d := crawl.DefaultOptions()
 	conn, err := relayconn.Dial(ctx, url, relayconn.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second})
@@ -122,36 +117,12 @@ func fetchByID(ctx context.Context, store *rawstore.Store, url string, want map[
 	for id := range want {
 		ids = append(ids, id)
 	}
-	n := 0
-	for len(ids) > 0 {
-		chunk := ids[:min(repairChunk, len(ids))]
-		ids = ids[len(chunk):]
-		filter := []byte(`{"ids":[`)
-		for i, id := range chunk {
-			if i > 0 {
-				filter = append(filter, ',')
-			}
-			filter = append(append(append(filter, '"'), hex.EncodeToString(id[:])...), '"')
-		}
-		filter = fmt.Appendf(filter, `],"limit":%d}`, len(chunk))
-		page, err := conn.Req(ctx, filter, len(chunk), idle)
-		if err != nil {
-			return n, fmt.Errorf("REQ ids at %s: %w", url, err)
-		}
-		b := &rawstore.Batch{Relay: idx}
-		for _, it := range page.Items {
-			if want[it.ID] {
-				b.Events = append(b.Events, rawstore.Copy{ID: it.ID, Raw: it.Raw, CreatedAt: it.CreatedAt, Timed: true})
-			}
-		}
-		res, err := store.Ingest(b)
-		if err != nil {
-			return n, err
-		}
-		for _, c := range b.Events {
-			delete(want, c.ID)
-		}
-		n += res.Repaired
+	missing, err := crawl.FetchIDs(ctx, conn, store, idx, ids, idle)
+	for _, id := range ids {
+		delete(want, id)
 	}
-	return n, nil
+	for _, id := range missing {
+		want[id] = true
+	}
+	return len(ids) - len(missing), err
 }
