@@ -145,23 +145,37 @@ func decodeLowerHex(dst, s []byte) error {
 	if len(s) != 2*len(dst) {
 		return fmt.Errorf("hex length %d, want %d", len(s), 2*len(dst))
 	}
-	for i := 0; i < len(dst); i++ {
-		hi, ok1 := lowerNibble(s[2*i])
-		lo, ok2 := lowerNibble(s[2*i+1])
-		if !ok1 || !ok2 {
-			return fmt.Errorf("not lowercase hex at offset %d", 2*i)
-		}
+	// A table and no branch per digit: ids are random hex, and a branch
+	// on digit or letter mispredicted about every other byte (0.35 µs of
+	// the frame scan's 1.2 per event).
+	var bad byte
+	for i := range dst {
+		hi, lo := hexNibble[s[2*i]], hexNibble[s[2*i+1]]
+		bad |= hi | lo
 		dst[i] = hi<<4 | lo
 	}
-	return nil
+	if bad <= 0xf {
+		return nil
+	}
+	for i, c := range s {
+		if hexNibble[c] > 0xf {
+			return fmt.Errorf("not lowercase hex at offset %d", i&^1)
+		}
+	}
+	return nil // not reached
 }
 
-func lowerNibble(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
+// hexNibble is the value of each byte as a lowercase hex digit, 0xff for
+// any other byte.
+var hexNibble = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 0, false
-}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c - 'a' + 10)
+	}
+	return t
+}()
