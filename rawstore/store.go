@@ -111,6 +111,9 @@ type Store struct {
 
 	ingestMu sync.Mutex // serializes dedup lookups with the writes they decide
 	applyMu  sync.Mutex // serializes verdict application
+	// readBack admits one ReadBack at a time: each holds a batch of ids
+	// and bodies, and the daemon may read back many relays at once.
+	readBack chan struct{}
 
 	pendingSeq atomic.Uint64
 	quarSeq    atomic.Uint64
@@ -242,7 +245,8 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f}
+	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f,
+		readBack: make(chan struct{}, 1)}
 	if !opts.ReadOnly {
 		f.makeReserve(opts.ReserveBytes)
 	}
