@@ -103,4 +103,33 @@ func TestReadBack(t *testing.T) {
 	if read, bad := readBack(relay); read != n || len(bad) != 0 {
 		t.Fatalf("ReadBack after the repair: %d read, %d damaged; want %d and none", read, len(bad), n)
 	}
+
+	// One ReadBack at a time: a second waits for the first, or for its
+	// context.
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	firstDone := make(chan error, 1)
+	go func() {
+		once := false
+		firstDone <- s.ReadBack(context.Background(), relay, 0, math.MaxUint64, func(uint64, [32]byte, bool) error {
+			if !once {
+				once = true
+				close(inFirst)
+				<-release
+			}
+			return nil
+		})
+	}()
+	<-inFirst
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.ReadBack(ctx, relay, 0, math.MaxUint64, func(uint64, [32]byte, bool) error {
+		t.Error("a second ReadBack ran alongside the first")
+		return nil
+	}); !errors.Is(err, context.Canceled) {
+		t.Errorf("second ReadBack, canceled while the first runs: %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
 }
