@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/relayconn"
 )
 
@@ -22,30 +23,61 @@ const knownScan = 200_000
 // usually write elsewhere on the relay too. Guarded by relayCrawl.mu.
 type knownAuthors map[string]struct{}
 
-// observe adds the pubkeys of items while there is room.
+// observe adds the pubkeys of items while there is room. An author seen
+// before costs a map lookup and no allocation: a crawl calls this for
+// every event.
 func (k knownAuthors) observe(items []relayconn.Item) {
 	for _, it := range items {
 		if len(k) >= maxKnownAuthors {
 			return
 		}
-		if pk, ok := pubkeyOf(it.Raw); ok {
-			k[pk] = struct{}{}
+		pk := pubkeyBytes(it.Raw)
+		if pk == nil {
+			continue
+		}
+		if _, ok := k[string(pk)]; ok {
+			continue
+		}
+		if validHex64(pk) {
+			k[string(pk)] = struct{}{}
 		}
 	}
 }
 
 var pubkeyKey = []byte(`"pubkey":"`)
 
-// pubkeyOf finds an event's pubkey without parsing it. Quotes inside
-// strings are escaped, so the key can only be a real key; a nested
-// object's "pubkey" would give a wrong guess, which only costs a query.
-func pubkeyOf(raw []byte) (string, bool) {
-	i := bytes.Index(raw, pubkeyKey)
-	if i < 0 || len(raw) < i+len(pubkeyKey)+64 {
-		return "", false
+// pubkeyAt is where the pubkey's key starts in an event serialized in
+// NIP-01's order, as most are: {"id":"<64 hex>","pubkey":"...
+const pubkeyAt = len(`{"id":"`) + 64 + len(`",`)
+
+// pubkeyBytes finds an event's pubkey (64 bytes, not checked) without
+// parsing it, or nil. Quotes inside strings are escaped, so the key can
+// only be a real key; a nested object's "pubkey" would give a wrong guess,
+// which only costs a query. The place NIP-01's order puts it is tried
+// first: a search from the start was 0.3 µs per event.
+func pubkeyBytes(raw []byte) []byte {
+	i := pubkeyAt
+	if len(raw) < i+len(pubkeyKey) || !bytes.Equal(raw[i:i+len(pubkeyKey)], pubkeyKey) {
+		if i = bytes.Index(raw, pubkeyKey); i < 0 {
+			return nil
+		}
 	}
-	pk := string(raw[i+len(pubkeyKey) : i+len(pubkeyKey)+64])
-	return pk, ValidAuthor(pk)
+	i += len(pubkeyKey)
+	if len(raw) < i+64 {
+		return nil
+	}
+	return raw[i : i+64]
+}
+
+// pubkeyOf is pubkeyBytes as a string, and whether it is 64 lowercase hex.
+func pubkeyOf(raw []byte) (string, bool) {
+	pk := pubkeyBytes(raw)
+	return string(pk), pk != nil && validHex64(pk)
+}
+
+func validHex64(b []byte) bool {
+	var id [32]byte
+	return event.DecodeHex32(&id, b) == nil
 }
 
 var errEnough = errors.New("enough authors")
