@@ -11,7 +11,7 @@ func TestPubkeyOf(t *testing.T) {
 	id, pk := strings.Repeat("1", 64), strings.Repeat("ab", 32)
 	for _, c := range []struct {
 		name, raw, want string
-		ok             bool
+		ok              bool
 	}{
 		{"NIP-01 order", `{"id":"` + id + `","pubkey":"` + pk + `","created_at":1}`, pk, true},
 		{"other order", `{"created_at":1,"id":"` + id + `","pubkey":"` + pk + `"}`, pk, true},
