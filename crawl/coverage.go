@@ -428,11 +428,12 @@ func (r *relayCrawl) readBackEarlier(ctx context.Context) string {
 		}
 		return ""
 	}
+	total := int64(len(damaged)) + over
 	r.log.Warn("stored events of the relay cannot be read back; asking the relay for them again",
-		zap.Int64("read", read), zap.Int("damaged", len(damaged)+int(over)))
+		zap.Int64("read", read), zap.Int64("damaged", total))
 	pc, err := r.conns.acquire(ctx)
 	if err != nil {
-		return fmt.Sprintf("%d stored events of the relay cannot be read back, and it could not be asked for them again: %v", len(damaged)+int(over), err)
+		return fmt.Sprintf("%d stored events of the relay cannot be read back, and it could not be asked for them again: %v", total, err)
 	}
 	missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, damaged, r.c.opts.PageTimeout)
 	r.conns.release(pc)

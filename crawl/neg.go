@@ -184,7 +184,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	if err != nil {
 		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)
 	}
-	missing, _, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, 100, 8, r.c.opts.PageTimeout)
+	missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, r.c.opts.PageTimeout)
 	if err != nil {
 		return false, len(out.Need) - len(missing), err
 	}
