@@ -174,6 +174,8 @@ func Open(opts Options) (_ *Store, err error) {
 	fs := opts.FS
 	if opts.ReadOnly {
 		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
+	} else {
+		fs = directFS{fs}
 	}
 	po := &pebble.Options{
 		FS:                          fs,
