@@ -123,3 +123,23 @@ func TestRealisticFrame(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseArticle scans a long-form event (NIP-23): paragraphs of
+// plain text, a line break every 80 bytes, where runs between escapes are
+// long (realisticFrame's words put an escape every ~30 bytes).
+func BenchmarkParseArticle(b *testing.B) {
+	var content strings.Builder
+	for content.Len() < 16<<10 {
+		content.WriteString(strings.Repeat("plain words of an article, ", 3)[:79])
+		content.WriteByte('\n')
+	}
+	e := &event.Event{CreatedAt: 1700000000, Kind: 30023, Content: content.String(), Tags: [][]string{{"d", "an-article"}, {"title", "An article"}}}
+	frame := append([]byte(`["EVENT","sub:12",`), event.AppendJSON(nil, e)...)
+	frame = append(frame, ']')
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := Parse(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

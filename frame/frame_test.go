@@ -389,3 +389,24 @@ func TestParseConcurrentSubIDs(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Long strings, where the scanner steps 8 bytes at a time: a stop byte
+// (or a byte at the edges of the stop classes) at every offset of the
+// first 96, after every kind of plain byte, agrees with json.Valid.
+func TestSkipLongString(t *testing.T) {
+	plain := []byte{' ', 'a', '~', 0x7f, 0x80, 0xc3, 0xff, '!', '#', '[', ']'}
+	edges := []byte{'"', '\\', 0x00, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x22 ^ 0x80, 0x5c ^ 0x80, 0x9f}
+	for _, p := range plain {
+		for _, e := range edges {
+			for at := range 96 {
+				body := bytes.Repeat([]byte{p}, 100)
+				body[at] = e
+				v := append(append([]byte{'"'}, body...), '"', ' ', ' ')
+				end := skipValue(v, 0, 0)
+				if valid := json.Valid(v); (end == len(v)-2) != valid {
+					t.Fatalf("%#x at %d in a string of %#x: skipValue = %d, json.Valid = %v", e, at, p, end, valid)
+				}
+			}
+		}
+	}
+}
