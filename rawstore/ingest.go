@@ -213,6 +213,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 	// This batch's new copies, for its own later copies of their ids.
 	added := make(map[[32]byte]*Copy, len(in.Events))
 	var newIDs, dups int64
+	var later []sighting         // byte-identical copies of ids another relay served first
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
 	var repaired []*[32]byte
 	for i := range in.Events {
@@ -258,10 +259,8 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 			}
 		case bytes.Equal(stored, c.Raw):
 			if first != in.Relay {
-				_ = b.Merge(provKey(&c.ID, in.Relay), seenValue(seen), nil)
-				if ts, ok := copyTime(c); ok {
-					_ = b.Set(sightingKey(in.Relay, ts, &c.ID), nil, nil)
-				}
+				ts, ok := copyTime(c)
+				later = append(later, sighting{id: &c.ID, ts: ts, tsOK: ok})
 			}
 			dups++
 			res.Duplicates++
@@ -286,6 +285,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 		}
 	}
 	setNew(b, fresh, in.Relay, seen)
+	setSightings(b, later, in.Relay, seen)
 	malformed := 0
 	for _, m := range in.Malformed {
 		// A relay re-sends the frames of a page's boundary second on the
@@ -432,6 +432,38 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	}
 	for i := range fresh {
 		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].c.ID[:], nil)
+	}
+}
+
+// sighting is a later relay's copy of a stored id: its R and H keys.
+type sighting struct {
+	id   *[32]byte
+	ts   uint64 // created_at, for the H key
+	tsOK bool   // false: unreadable, no H key
+}
+
+// setSightings puts the R and H keys of later in b, each kind together
+// and in key order, as setNew does: a crawl of a relay whose events the
+// archive holds adds one random R key per event, and pages come newest
+// first, so in arrival order every insert searched the skiplist from the
+// top. The R values merge (earliest wins) and the H keys are empty, so
+// the order of a batch's own repeats does not matter.
+func setSightings(b *pebble.Batch, later []sighting, relay, seen uint32) {
+	slices.SortFunc(later, func(x, y sighting) int { return bytes.Compare(x.id[:], y.id[:]) })
+	first := seenValue(seen)
+	for _, l := range later {
+		_ = b.Merge(provKey(l.id, relay), first, nil)
+	}
+	slices.SortFunc(later, func(x, y sighting) int {
+		if c := cmp.Compare(x.ts, y.ts); c != 0 {
+			return c
+		}
+		return bytes.Compare(x.id[:], y.id[:])
+	})
+	for _, l := range later {
+		if l.tsOK {
+			_ = b.Set(sightingKey(relay, l.ts, l.id), nil, nil)
+		}
 	}
 }
 
