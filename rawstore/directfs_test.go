@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -33,15 +34,15 @@ func directDir(t *testing.T) string {
 // Writes of every size, with syncs between them (a sync writes a padded
 // partial block that later writes rewrite), read back byte for byte
 // through an ordinary descriptor, the length exact after each sync and at
-// the close; files that are not tables are not wrapped.
+// the close; files that are not a flush's tables are not wrapped.
 func TestDirectTables(t *testing.T) {
 	t.Parallel()
 	dir := directDir(t)
-	fs := directFS{vfs.Default}
+	fs := directFS{FS: vfs.Default, made: new(atomic.Int64)}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for round := range 6 {
 		name := filepath.Join(dir, fmt.Sprintf("%06d.sst", round))
-		f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+		f, err := fs.Create(name, flushWrites)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,13 +86,21 @@ func TestDirectTables(t *testing.T) {
 			t.Fatalf("%s: read %d bytes of %d (%v), differing from what was written", name, len(got), len(want), err)
 		}
 	}
-	f, err := fs.Create(filepath.Join(dir, "000001.log"), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name     string
+		category vfs.DiskWriteCategory
+	}{{"000001.log", flushWrites}, {"000002.sst", "pebble-compaction"}} {
+		f, err := fs.Create(filepath.Join(dir, c.name), c.category)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, ok := f.(*directFile); ok {
+			t.Fatalf("%s of %s is written directly", c.name, c.category)
+		}
 	}
-	defer f.Close()
-	if _, ok := f.(*directFile); ok {
-		t.Fatal("a WAL file is written directly")
+	if n := fs.made.Load(); n != 6 {
+		t.Fatalf("%d files written directly, want 6", n)
 	}
 }
 
@@ -131,8 +140,8 @@ func TestDirectTableWriteFails(t *testing.T) {
 	}
 }
 
-// A store on a file system that takes O_DIRECT: flushed and compacted
-// tables (written directly) hold every event after a reopen, and check
+// A store on a file system that takes O_DIRECT: flushed tables (written
+// directly) and compacted ones hold every event after a reopen, and check
 // finds them all.
 func TestDirectTablesStore(t *testing.T) {
 	t.Parallel()
@@ -157,6 +166,9 @@ func TestDirectTablesStore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	if n := s.directMade.Load(); n == 0 {
+		t.Fatal("no flushed table was written directly")
 	}
 	if err := s.db.Compact(t.Context(), nil, []byte{0xff}, true); err != nil {
 		t.Fatal(err)
