@@ -25,8 +25,3 @@ func setDirect(f vfs.File, on bool) error {
 	_, err = unix.FcntlInt(fd, unix.F_SETFL, fl)
 	return err
 }
-
-// truncateFile sets f's length (vfs.File has no Truncate).
-func truncateFile(f vfs.File, size int64) error {
-	return unix.Ftruncate(int(f.Fd()), size)
-}

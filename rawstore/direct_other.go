@@ -11,6 +11,3 @@ import (
 // setDirect: direct writes are used on Linux only (elsewhere the flag and
 // its alignment rules differ); segments are written through the cache.
 func setDirect(vfs.File, bool) error { return errors.ErrUnsupported }
-
-// truncateFile is not reached where setDirect fails.
-func truncateFile(vfs.File, int64) error { return errors.ErrUnsupported }

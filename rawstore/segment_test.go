@@ -207,7 +207,16 @@ func files(t *testing.T, fs vfs.FS) []string {
 // byte, and every segment file ends on a block boundary.
 func TestDirectSegments(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(directDir(t), "db")
+	dir := t.TempDir()
+	probe, err := vfs.Default.Create(filepath.Join(dir, "probe"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setDirect(probe, true); err != nil {
+		t.Skipf("the file system under %s refuses O_DIRECT: %v", dir, err)
+	}
+	probe.Close()
+	db := filepath.Join(dir, "db")
 	const batches, size = 40, 20
 	var tail segPos
 	for round := range 2 {

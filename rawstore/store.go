@@ -108,9 +108,6 @@ type Store struct {
 	db   *pebble.DB
 	opts Options
 	sync *pebble.WriteOptions
-	// directMade counts the files Pebble's flushes wrote directly
-	// (directFS), for tests.
-	directMade *atomic.Int64
 
 	ingestMu sync.Mutex // serializes dedup lookups with the writes they decide
 	applyMu  sync.Mutex // serializes verdict application
@@ -175,11 +172,8 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 	}
 	fs := opts.FS
-	directMade := new(atomic.Int64)
 	if opts.ReadOnly {
 		fs = readOnlyFS{FS: fs, real: fs == vfs.Default}
-	} else {
-		fs = directFS{FS: fs, made: directMade}
 	}
 	po := &pebble.Options{
 		FS:                          fs,
@@ -252,7 +246,7 @@ func Open(opts Options) (_ *Store, err error) {
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
 	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f,
-		readBack: make(chan struct{}, 1), directMade: directMade}
+		readBack: make(chan struct{}, 1)}
 	if !opts.ReadOnly {
 		f.makeReserve(opts.ReserveBytes)
 	}
