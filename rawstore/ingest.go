@@ -251,16 +251,14 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
 			added[c.ID] = c
-			ts, ok := copyTime(c)
-			fresh = append(fresh, newCopy{c: c, loc: bodies.locs[i], seq: s.pendingSeq.Add(1), ts: ts, tsOK: ok, idHi: binary.BigEndian.Uint64(c.ID[:8])})
+			fresh = append(fresh, newCopy{sighting: newSighting(c), c: c, loc: bodies.locs[i], seq: s.pendingSeq.Add(1)})
 			if !damaged {
 				newIDs++
 				res.New++
 			}
 		case bytes.Equal(stored, c.Raw):
 			if first != in.Relay {
-				ts, ok := copyTime(c)
-				later = append(later, sighting{id: &c.ID, ts: ts, tsOK: ok})
+				later = append(later, newSighting(c))
 			}
 			dups++
 			res.Duplicates++
@@ -380,12 +378,48 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 
 // newCopy is a primary copy ingest stores: its copy and queue seq.
 type newCopy struct {
-	c    *Copy
-	loc  segLoc // its bytes in the segment log
-	seq  uint64
-	ts   uint64 // created_at, for the T key
-	tsOK bool   // false: unreadable, no T key
+	sighting
+	c   *Copy
+	loc segLoc // its bytes in the segment log
+	seq uint64
+}
+
+// sighting is a copy's id and created_at, for its index keys (its T, H
+// and R keys).
+type sighting struct {
+	id   *[32]byte
 	idHi uint64 // the id's first 8 bytes, for sorting
+	ts   uint64 // created_at
+	tsOK bool   // false: unreadable, no T or H key
+}
+
+func newSighting(c *Copy) sighting {
+	ts, ok := copyTime(c)
+	return sighting{id: &c.ID, idHi: binary.BigEndian.Uint64(c.ID[:8]), ts: ts, tsOK: ok}
+}
+
+// byID orders sightings by id, comparing the first 8 bytes first.
+func byID(x, y *sighting) int {
+	if c := cmp.Compare(x.idHi, y.idHi); c != 0 {
+		return c
+	}
+	return bytes.Compare(x.id[:], y.id[:])
+}
+
+// byTime orders sightings by created_at, then id: one relay's H keys sort
+// as its T keys do.
+func byTime(x, y *sighting) int {
+	if c := cmp.Compare(x.ts, y.ts); c != 0 {
+		return c
+	}
+	return byID(x, y)
+}
+
+// setSighting puts relay's H key of l in b (none without a created_at).
+func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
+	if l.tsOK {
+		_ = b.Set(sightingKey(relay, l.ts, l.id), nil, nil)
+	}
 }
 
 // setNew puts the E, T, H and P keys of fresh (in queue order) in b, each
@@ -400,70 +434,44 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	for i := range fresh {
 		order[i] = &fresh[i]
 	}
-	byID := func(x, y *newCopy) int {
-		if c := cmp.Compare(x.idHi, y.idHi); c != 0 {
-			return c
-		}
-		return bytes.Compare(x.c.ID[:], y.c.ID[:])
-	}
-	slices.SortFunc(order, byID)
+	slices.SortFunc(order, func(x, y *newCopy) int { return byID(&x.sighting, &y.sighting) })
 	for _, f := range order {
 		op := b.SetDeferred(1+idLen, eventLenV3)
 		op.Key[0] = prefixEvent
-		copy(op.Key[1:], f.c.ID[:])
+		copy(op.Key[1:], f.id[:])
 		putSegValue(op.Value, relay, seen, f.loc)
 		_ = op.Finish()
 	}
-	slices.SortFunc(order, func(x, y *newCopy) int {
-		if c := cmp.Compare(x.ts, y.ts); c != 0 {
-			return c
-		}
-		return byID(x, y)
-	})
+	slices.SortFunc(order, func(x, y *newCopy) int { return byTime(&x.sighting, &y.sighting) })
 	for _, f := range order {
 		if f.tsOK {
-			indexID(b, &f.c.ID, f.ts, relay)
+			indexID(b, f.id, f.ts, relay)
 		}
 	}
-	for _, f := range order { // the same order: one relay's H keys sort as its T keys
-		if f.tsOK {
-			_ = b.Set(sightingKey(relay, f.ts, &f.c.ID), nil, nil)
-		}
+	for _, f := range order {
+		f.setSighting(b, relay)
 	}
 	for i := range fresh {
-		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].c.ID[:], nil)
+		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
 	}
 }
 
-// sighting is a later relay's copy of a stored id: its R and H keys.
-type sighting struct {
-	id   *[32]byte
-	ts   uint64 // created_at, for the H key
-	tsOK bool   // false: unreadable, no H key
-}
-
-// setSightings puts the R and H keys of later in b, each kind together
-// and in key order, as setNew does: a crawl of a relay whose events the
-// archive holds adds one random R key per event, and pages come newest
-// first, so in arrival order every insert searched the skiplist from the
-// top. The R values merge (earliest wins) and the H keys are empty, so
-// the order of a batch's own repeats does not matter.
+// setSightings puts the R and H keys of later, byte-identical copies of
+// ids another relay served first, in b, each kind together and in key
+// order as setNew does: a crawl of a relay whose events the archive holds
+// adds one random R key per event, and pages come newest first, so in
+// arrival order every insert searched the skiplist from the top. The R
+// values merge (earliest wins) and the H keys are empty, so the order of
+// a batch's own repeats does not matter.
 func setSightings(b *pebble.Batch, later []sighting, relay, seen uint32) {
-	slices.SortFunc(later, func(x, y sighting) int { return bytes.Compare(x.id[:], y.id[:]) })
+	slices.SortFunc(later, func(x, y sighting) int { return byID(&x, &y) })
 	first := seenValue(seen)
-	for _, l := range later {
-		_ = b.Merge(provKey(l.id, relay), first, nil)
+	for i := range later {
+		_ = b.Merge(provKey(later[i].id, relay), first, nil)
 	}
-	slices.SortFunc(later, func(x, y sighting) int {
-		if c := cmp.Compare(x.ts, y.ts); c != 0 {
-			return c
-		}
-		return bytes.Compare(x.id[:], y.id[:])
-	})
-	for _, l := range later {
-		if l.tsOK {
-			_ = b.Set(sightingKey(relay, l.ts, l.id), nil, nil)
-		}
+	slices.SortFunc(later, func(x, y sighting) int { return byTime(&x, &y) })
+	for i := range later {
+		later[i].setSighting(b, relay)
 	}
 }
 
