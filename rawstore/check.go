@@ -48,6 +48,9 @@ func (r *CheckReport) Err() error {
 // (an unreadable key block ends the walk, reported as damage after the
 // last key read).
 func (s *Store) Check() (*CheckReport, error) {
+	if err := s.fold(); err != nil {
+		return nil, err
+	}
 	r := &CheckReport{}
 	seen := map[[32]byte]bool{} // damaged ids, listed once
 	bad := func(ce *CorruptError) {
@@ -75,7 +78,7 @@ func (s *Store) Check() (*CheckReport, error) {
 
 func (s *Store) checkPrefix(p byte, r *CheckReport, bad func(*CorruptError), seen map[[32]byte]bool) error {
 	upper := []byte{p + 1}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: upper})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: upper})
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func describeKey(k []byte) string {
 		prefixProven: "provenance of event", prefixPending: "queue entry", prefixQuarant: "quarantined copy",
 		prefixShard: "crawl cursor", prefixRelay: "relay record", prefixCounter: "counter",
 		prefixMalformed: "malformed-frame mark", prefixInternal: "store mark",
-		prefixNote: "relay note", prefixSighting: "sighting of event",
+		prefixNote: "relay note", prefixSighting: "sighting of event", prefixJournal: "event key journal entry",
 	}[k[0]]
 	switch {
 	case kind == "":
@@ -69,7 +69,7 @@ func describeKey(k []byte) string {
 		return fmt.Sprintf("%s %x by relay %d at %d", kind, k[1+4+8:], binary.BigEndian.Uint32(k[1:5]), binary.BigEndian.Uint64(k[5:13]))
 	case len(k) >= 1+idLen && (k[0] == prefixEvent || k[0] == prefixAlternate || k[0] == prefixVerdict || k[0] == prefixProven):
 		return kind + " " + hex.EncodeToString(k[1:1+idLen])
-	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant):
+	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant || k[0] == prefixJournal):
 		return fmt.Sprintf("%s %d", kind, binary.BigEndian.Uint64(k[1:]))
 	case k[0] == prefixCounter || k[0] == prefixInternal || k[0] == prefixNote:
 		return fmt.Sprintf("%s %q", kind, k[1:])
@@ -163,7 +163,7 @@ func (s *Store) iterPastDamage(last, upper []byte) *pebble.Iterator {
 		if bytes.Compare(k, upper) >= 0 {
 			return nil
 		}
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: k, UpperBound: upper})
+		it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: k, UpperBound: upper})
 		if err != nil {
 			return nil
 		}

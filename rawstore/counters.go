@@ -65,7 +65,7 @@ func relayCounterKey(relay uint32, name string) []byte {
 // (ids it served first), duplicates, variants, copies, malformed.
 func (s *Store) RelayCounters(relay uint32) (map[string]int64, error) {
 	p := relayCounterKey(relay, "")
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ type Stats struct {
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{InvalidCopies: map[string]int64{}}
 	p := []byte{prefixCounter}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return st, err
 	}

@@ -52,7 +52,7 @@ func deletionKeys(set func(p []byte), e *event.Event) {
 // DeletionsReady reports whether the deletion index covers every valid
 // event.
 func (s *Store) DeletionsReady() (bool, error) {
-	if _, closer, err := s.db.Get(deletionMarkKey); err == nil {
+	if _, closer, err := s.r.Get(deletionMarkKey); err == nil {
 		closer.Close()
 		return true, nil
 	} else if !errors.Is(err, pebble.ErrNotFound) {
@@ -70,7 +70,7 @@ func (s *Store) buildDeletionIndex(ctx context.Context) error {
 		return err
 	}
 	p := kindIndexPrefix(kindDeletion)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return fmt.Errorf("rawstore: build deletion index: %w", err)
 	}
@@ -297,7 +297,7 @@ func parseAddress(a string) (kind int, pk [32]byte, ok bool) {
 
 // forEachKey calls fn with every key with prefix p from lo on.
 func (s *Store) forEachKey(p, lo []byte, fn func(k []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return fmt.Errorf("rawstore: read index: %w", err)
 	}

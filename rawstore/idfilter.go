@@ -100,7 +100,7 @@ func (s *Store) storedEvents() (int64, error) {
 // bodies, in blob files, are not read), and marks it ready. It gives up,
 // leaving f unready, if stop is closed first or the archive cannot be read.
 func (s *Store) buildIDFilter(f *idFilter, stop <-chan struct{}) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return fmt.Errorf("rawstore: build id filter: %w", err)
 	}

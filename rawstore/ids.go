@@ -71,19 +71,22 @@ func (s *Store) markIDIndexIfEmpty() error {
 // EnsureIDIndex builds the id index from the stored events unless it is
 // already complete. Ingest may run meanwhile: it indexes its own copies.
 func (s *Store) EnsureIDIndex() error {
+	if err := s.fold(); err != nil {
+		return err
+	}
 	s.idIndexMu.Lock()
 	defer s.idIndexMu.Unlock()
 	if s.idIndexed.Load() {
 		return nil
 	}
-	if _, closer, err := s.db.Get(idIndexKey); err == nil {
+	if _, closer, err := s.r.Get(idIndexKey); err == nil {
 		closer.Close()
 		s.idIndexed.Store(true)
 		return nil
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return fmt.Errorf("rawstore: read id index mark: %w", err)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return fmt.Errorf("rawstore: build id index: %w", err)
 	}
@@ -145,7 +148,7 @@ func (s *Store) idEntries(since, until uint64, fn func(createdAt uint64, id [32]
 	if until < ^uint64(0) {
 		hi = binary.BigEndian.AppendUint64([]byte{prefixIDs}, until+1)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("rawstore: list ids: %w", err)
 	}
@@ -198,12 +201,15 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 
 // countServedScan is CountServed without the sighting index.
 func (s *Store) countServedScan(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
-	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err := s.fold(); err != nil {
+		return 0, err
+	}
+	eit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return 0, err
 	}
 	defer eit.Close()
-	pit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixProven}, UpperBound: []byte{prefixProven + 1}})
+	pit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixProven}, UpperBound: []byte{prefixProven + 1}})
 	if err != nil {
 		return 0, err
 	}
@@ -244,10 +250,15 @@ func (s *Store) countServedScan(relay uint32, since, until uint64, match func(ra
 			return nil
 		}
 		copy(ek[1:], id[:])
-		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
-			return eit.Error()
+		var v []byte
+		var err error
+		if eit.SeekGE(ek) && bytes.Equal(eit.Key(), ek) {
+			v, err = eit.ValueAndErr()
+		} else if err = eit.Error(); err == nil {
+			// Committed after eit was made, its E key in the journal
+			// then (journal.go): E keys are never deleted.
+			v, err = s.get(ek)
 		}
-		v, err := eit.ValueAndErr()
 		if err != nil {
 			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
 		}
@@ -264,7 +275,7 @@ func (s *Store) countServedScan(relay uint32, since, until uint64, match func(ra
 			n++
 			return nil
 		}
-		_, raw, err := s.decodeEvent(eit.Key(), v)
+		_, raw, err := s.decodeEvent(ek, v)
 		if err != nil {
 			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
 		}

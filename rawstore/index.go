@@ -165,7 +165,7 @@ func (a *applier) setIndexKeys() {
 // IndexesReady reports whether the indexes cover every valid event, so
 // that Query answers completely.
 func (s *Store) IndexesReady() (bool, error) {
-	v, closer, err := s.db.Get(indexMarkKey)
+	v, closer, err := s.r.Get(indexMarkKey)
 	if err == nil {
 		_ = v // presence is the mark
 		closer.Close()
@@ -189,7 +189,7 @@ func (s *Store) markIndexesIfEmpty() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, k := range [][]byte{indexMarkKey, deletionMarkKey} {
-		if _, closer, err := s.db.Get(k); err == nil {
+		if _, closer, err := s.r.Get(k); err == nil {
 			closer.Close()
 		} else {
 			_ = b.Set(k, nil, nil)
@@ -222,7 +222,7 @@ func (s *Store) BuildIndexes(ctx context.Context, progress func(n int64)) (int64
 	if len(from) == idLen {
 		lo = prefixEnd(append([]byte{prefixVerdict}, from...)) // past the last id done
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{prefixVerdict + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
 		return 0, fmt.Errorf("rawstore: build indexes: %w", err)
 	}

@@ -50,7 +50,7 @@ func TestVerdictIndexKeys(t *testing.T) {
 		if err := s.Apply(items, vs); err != nil {
 			t.Fatal(err)
 		}
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixIndex}, UpperBound: []byte{prefixIndex + 1}})
+		it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixIndex}, UpperBound: []byte{prefixIndex + 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -202,6 +202,11 @@ func (s *Store) writeBodies(in *Batch, known map[[32]byte][]byte) (written, erro
 // new copies' bytes are.
 func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64, bodies written) (IngestResult, error) {
 	var res IngestResult
+	if s.pendingCount() >= s.pend.foldAt {
+		if err := s.fold(); err != nil {
+			return res, err
+		}
+	}
 	seen := s.now()
 	if err := s.catchUp(in.Events, inBatch, gen); err != nil {
 		return res, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
@@ -282,7 +287,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 			}
 		}
 	}
-	setNew(b, fresh, in.Relay, seen)
+	journal := setNew(b, fresh, in.Relay, seen)
 	setSightings(b, later, in.Relay, seen)
 	malformed := 0
 	for _, m := range in.Malformed {
@@ -301,7 +306,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 			continue
 		}
 		altInBatch[string(k)] = true
-		if _, closer, err := s.db.Get(k); err == nil {
+		if _, closer, err := s.r.Get(k); err == nil {
 			closer.Close()
 			continue
 		} else if !errors.Is(err, pebble.ErrNotFound) {
@@ -356,7 +361,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 		tail = bodies.end
 		_ = b.Set(segTailKey, tail.encode(), nil)
 	}
-	if err := s.gate("commit batch for relay "+s.RelayURL(in.Relay), b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
+	if err := s.commitJournal(b, journal, "commit batch for relay "+s.RelayURL(in.Relay)); err != nil {
 		return res, err
 	}
 	s.segs.tail = tail
@@ -422,26 +427,23 @@ func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
 	}
 }
 
-// setNew puts the E, T, H and P keys of fresh (in queue order) in b, each
+// setNew puts the T, H and P keys of fresh (in queue order) in b, each
 // kind together and in key order: a memtable insert next to the one
 // before it starts its skiplist search there, where interleaved random
-// ids searched from the top each time. It sorts pointers, compared by
+// ids searched from the top each time. It returns the journal value of
+// their E keys (journal.go), in id order. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
-// as much as the sets. E values point into the segment log (version 3)
-// and are written into the batch in place.
-func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
+// as much as the sets.
+func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
+	if len(fresh) == 0 {
+		return nil
+	}
 	order := make([]*newCopy, len(fresh))
 	for i := range fresh {
 		order[i] = &fresh[i]
 	}
 	slices.SortFunc(order, func(x, y *newCopy) int { return byID(&x.sighting, &y.sighting) })
-	for _, f := range order {
-		op := b.SetDeferred(1+idLen, eventLenV3)
-		op.Key[0] = prefixEvent
-		copy(op.Key[1:], f.id[:])
-		putSegValue(op.Value, relay, seen, f.loc)
-		_ = op.Finish()
-	}
+	journal := journalValue(order, relay, seen)
 	slices.SortFunc(order, func(x, y *newCopy) int { return byTime(&x.sighting, &y.sighting) })
 	for _, f := range order {
 		if f.tsOK {
@@ -454,6 +456,7 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) {
 	for i := range fresh {
 		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
 	}
+	return journal
 }
 
 // setSightings puts the R and H keys of later, byte-identical copies of
@@ -523,7 +526,7 @@ func (s *Store) readStored(keys [][]byte, fn func(k, v, raw []byte, err error)) 
 	slices.SortFunc(keys, bytes.Compare)
 	// UseL6Filters: Pebble skips the last level's filters unless asked,
 	// and the last level is where most random ids live.
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true})
+	it, pending, err := s.eventIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true})
 	if err != nil {
 		return err
 	}
@@ -535,6 +538,10 @@ func (s *Store) readStored(keys [][]byte, fn func(k, v, raw []byte, err error)) 
 	var inLog [][]byte // E values whose bytes are in the segment log, key first
 	for i, k := range keys {
 		if i > 0 && bytes.Equal(k, keys[i-1]) {
+			continue
+		}
+		if v, ok := s.pendingIn(pending, (*[32]byte)(k[1:])); ok {
+			inLog = append(inLog, append(slices.Clip(k), v...))
 			continue
 		}
 		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
@@ -651,7 +658,7 @@ func (s *Store) addVariant(b *pebble.Batch, relay uint32, c *Copy, inBatch map[s
 	inBatch[string(k)] = true
 	// The key names the bytes, so existence is enough: a copy verified
 	// before (its key kept, emptied) is not verified or counted again.
-	if _, closer, err := s.db.Get(k); err == nil {
+	if _, closer, err := s.r.Get(k); err == nil {
 		closer.Close()
 		return false, nil
 	} else if !errors.Is(err, pebble.ErrNotFound) {

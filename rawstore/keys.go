@@ -18,6 +18,7 @@ const (
 	prefixMalformed = 'M' // M|sha256(raw) -> (empty): malformed frames already quarantined
 	prefixInternal  = 'X' // X|name -> the store's own bookkeeping (see scanKey, segTailKey)
 	prefixNote      = 'D' // D|kind|url -> daemon-owned note on a relay URL (see PutNotes)
+	prefixJournal   = 'J' // J|seq -> (id|E value)...: E keys committed but not yet folded into a table (journal.go)
 )
 
 const (

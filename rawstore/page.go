@@ -73,13 +73,19 @@ func putPage(p *page) {
 type readers struct {
 	snap     *pebble.Snapshot
 	vit, eit *pebble.Iterator
+	// pending is the journal's map when snap was taken: what a fold
+	// since then put in a table is newer than snap (journal.go).
+	pending pendingEntries
 }
 
 func (q *query) readers() (*readers, error) {
 	if q.rd != nil {
 		return q.rd, nil
 	}
+	q.s.pend.mu.RLock()
 	snap := q.s.db.NewSnapshot()
+	pending := q.s.pend.m
+	q.s.pend.mu.RUnlock()
 	vit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
 		_ = snap.Close()
@@ -91,7 +97,7 @@ func (q *query) readers() (*readers, error) {
 		_ = snap.Close()
 		return nil, fmt.Errorf("rawstore: query: %w", err)
 	}
-	q.rd = &readers{snap: snap, vit: vit, eit: eit}
+	q.rd = &readers{snap: snap, vit: vit, eit: eit, pending: pending}
 	return q.rd, nil
 }
 
@@ -134,7 +140,7 @@ func (q *query) loadPage(p *page, keysOnly bool, maxBytes int) error {
 		default:
 			copy(ek[1:], en.key[8:])
 			n := len(p.arena)
-			ok, err := q.seekBody(rd.eit, ek[:], &p.arena)
+			ok, err := q.seekBody(rd, ek[:], &p.arena)
 			if err != nil {
 				return err
 			}
@@ -168,15 +174,21 @@ func (q *query) seekVerdict(it *pebble.Iterator, vk []byte) (bool, error) {
 
 // seekBody appends the raw event at ek, which has a valid verdict, to
 // arena; false if it is damaged (noted).
-func (q *query) seekBody(it *pebble.Iterator, ek []byte, arena *[]byte) (bool, error) {
-	if !it.SeekPrefixGE(ek) || !bytes.Equal(it.Key(), ek) {
+func (q *query) seekBody(rd *readers, ek []byte, arena *[]byte) (bool, error) {
+	it := rd.eit
+	v, pending := q.s.pendingIn(rd.pending, (*[32]byte)(ek[1:]))
+	var err error
+	switch {
+	case pending:
+	case !it.SeekPrefixGE(ek) || !bytes.Equal(it.Key(), ek):
 		err := it.Error()
 		if err == nil {
 			err = corrupt(ek, errors.New("valid verdict without its event"))
 		}
 		return false, q.skipDamaged(it, ek, err, "read event")
+	default:
+		v, err = value(it)
 	}
-	v, err := value(it)
 	var raw []byte
 	if err == nil {
 		_, raw, err = q.s.decodeEvent(ek, v)

@@ -175,7 +175,7 @@ func (q *query) plan(f *filter.Filter) (keyStream, bool, error) {
 	hi := binary.BigEndian.AppendUint64(nil, ^uint64(f.Since))
 	var streams []keyStream
 	for _, p := range prefixes {
-		it, err := q.s.db.NewIter(&pebble.IterOptions{
+		it, err := q.s.r.NewIter(&pebble.IterOptions{
 			LowerBound: append(slices.Clip(p), lo...),
 			UpperBound: prefixEnd(append(slices.Clip(p), hi...)),
 		})
@@ -522,7 +522,7 @@ func (q *query) superseded(e *event.Event, k []byte) (bool, error) {
 			p = tp
 		}
 	}
-	it, err := q.s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: append(slices.Clip(p), k...)})
+	it, err := q.s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: append(slices.Clip(p), k...)})
 	if err != nil {
 		return false, fmt.Errorf("rawstore: query: %w", err)
 	}

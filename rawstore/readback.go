@@ -108,7 +108,7 @@ func (s *Store) ReadBack(ctx context.Context, relay uint32, since, until uint64,
 // keys with since <= created_at <= until, in that order.
 func (s *Store) walkSightings(relay uint32, since, until uint64, fn func(createdAt uint64, id [32]byte) error) error {
 	lo, hi := sightingBounds(relay, since, until)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,9 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	upTo := s.pendingSeq.Load()
+	if err := s.fold(); err != nil {
+		return 0, err
+	}
 	if upTo > s.staleUpTo.Load() {
 		if err := s.gate("begin verify scan", 0, func() error {
 			return s.db.Set(scanKey, binary.BigEndian.AppendUint64(nil, upTo), pebble.Sync)
@@ -85,11 +88,11 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 // one, so the reads overlap the verification. The iterators' snapshot is
 // the pass's start: what Apply writes meanwhile is behind them.
 func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byte, pending func(it, vit *pebble.Iterator, p *Pending) bool) (int, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
 		return 0, err
 	}
-	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
+	vit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
 		it.Close()
 		return 0, err

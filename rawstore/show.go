@@ -66,7 +66,7 @@ func (s *Store) Lookup(id [32]byte) (Held, error) {
 		}
 	}
 	p := append([]byte{prefixAlternate}, id[:]...)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return h, err
 	}

@@ -69,7 +69,7 @@ func addSighting(b *pebble.Batch, relay uint32, id *[32]byte, stored []byte) {
 // loadSightingMark reads the mark into s.sightIndexed, setting it first in
 // a writable store without events.
 func (s *Store) loadSightingMark() error {
-	if _, closer, err := s.db.Get(sightingMarkKey); err == nil {
+	if _, closer, err := s.r.Get(sightingMarkKey); err == nil {
 		closer.Close()
 		s.sightIndexed.Store(true)
 		return nil
@@ -123,12 +123,12 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 	if len(from) == 8+idLen {
 		lo = prefixEnd(append([]byte{prefixIDs}, from...)) // past the last id done
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{prefixIDs + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{prefixIDs + 1}})
 	if err != nil {
 		return 0, fmt.Errorf("rawstore: build sighting index: %w", err)
 	}
 	defer it.Close()
-	pit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixProven}, UpperBound: []byte{prefixProven + 1}})
+	pit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixProven}, UpperBound: []byte{prefixProven + 1}})
 	if err != nil {
 		return 0, fmt.Errorf("rawstore: build sighting index: %w", err)
 	}
@@ -209,15 +209,18 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 // countSightings is CountServed over the sighting index: the relay's H
 // keys in the range, each event's body read only for match.
 func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
+	if err := s.fold(); err != nil {
+		return 0, err
+	}
 	lo, hi := sightingBounds(relay, since, until)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return 0, err
 	}
 	defer it.Close()
 	var eit *pebble.Iterator
 	if match != nil {
-		if eit, err = s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}}); err != nil {
+		if eit, err = s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}}); err != nil {
 			return 0, err
 		}
 		defer eit.Close()

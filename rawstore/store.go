@@ -105,9 +105,14 @@ func (o *Options) Validate() error {
 
 // Store is the archive. It is safe for concurrent use.
 type Store struct {
-	db   *pebble.DB
-	opts Options
-	sync *pebble.WriteOptions
+	db *pebble.DB
+	// r reads: db, or in a read-only store that a crash left with a
+	// journal, an overlay holding the journal's E keys (journal.go).
+	r       pebble.Reader
+	overlay *pebble.Batch
+	pend    pendingE // E keys waiting for a fold (journal.go)
+	opts    Options
+	sync    *pebble.WriteOptions
 
 	ingestMu sync.Mutex // serializes dedup lookups with the writes they decide
 	applyMu  sync.Mutex // serializes verdict application
@@ -245,7 +250,7 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f,
+	s := &Store{db: db, r: db, pend: pendingE{foldAt: foldEvery}, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f,
 		readBack: make(chan struct{}, 1)}
 	if !opts.ReadOnly {
 		f.makeReserve(opts.ReserveBytes)
@@ -258,6 +263,10 @@ func Open(opts Options) (_ *Store, err error) {
 		return nil, err
 	}
 	if s.segs, err = s.openSegments(fs); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
+	}
+	if err := s.openJournal(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
@@ -338,7 +347,7 @@ func (s *Store) load() error {
 	} else if len(v) == 8 {
 		s.staleUpTo.Store(binary.BigEndian.Uint64(v))
 	}
-	if _, closer, err := s.db.Get(unqueuedKey); err == nil {
+	if _, closer, err := s.r.Get(unqueuedKey); err == nil {
 		closer.Close()
 		s.unqueued.Store(true)
 	} else if !errors.Is(err, pebble.ErrNotFound) {
@@ -346,7 +355,7 @@ func (s *Store) load() error {
 			return err
 		}
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
 	if err != nil {
 		return err
 	}
@@ -364,7 +373,7 @@ func (s *Store) load() error {
 }
 
 func (s *Store) lastKey(prefix []byte) ([]byte, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +395,17 @@ func (s *Store) Close() error {
 		close(s.trimStop)
 		<-s.trimDone
 	}
+	// Folded at close, so that a clean shutdown leaves no journal.
+	ferr := s.fold()
+	if s.overlay != nil {
+		_ = s.overlay.Close()
+	}
 	serr := s.segs.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("rawstore: close: %w", err)
+	}
+	if ferr != nil {
+		return fmt.Errorf("rawstore: close: %w", ferr)
 	}
 	if serr != nil {
 		return fmt.Errorf("rawstore: close segments: %w", serr)
@@ -452,7 +469,7 @@ type Relay struct {
 
 // Relays lists every registered relay with its latest record.
 func (s *Store) Relays() ([]Relay, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRelay}, UpperBound: []byte{prefixRelay + 1}})
 	if err != nil {
 		return nil, err
 	}
@@ -474,7 +491,7 @@ func (s *Store) ShardsWithPrefix(relay uint32, prefix string) (map[string][]byte
 // collect returns every value whose key starts with p, keyed by the rest
 // of the key.
 func (s *Store) collect(p []byte) (map[string][]byte, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +509,12 @@ func (s *Store) Shard(relay uint32, job string) ([]byte, error) {
 }
 
 func (s *Store) get(key []byte) ([]byte, error) {
-	v, closer, err := s.db.Get(key)
+	if len(key) == 1+idLen && key[0] == prefixEvent {
+		if v, ok := s.pendingValue((*[32]byte)(key[1:])); ok {
+			return v, nil
+		}
+	}
+	v, closer, err := s.r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -521,7 +543,7 @@ func (s *Store) sightings(id [32]byte) ([]uint32, []int64, error) {
 	}
 	out, seen := []uint32{binary.BigEndian.Uint32(v[1:5])}, []int64{eventSeen(v)}
 	p := append([]byte{prefixProven}, id[:]...)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -41,7 +41,7 @@ const (
 // order, without their bytes: Load fetches those, so that callers can
 // spread the reads over their workers.
 func (s *Store) NextPending(after uint64, max int) ([]Pending, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{
+	it, err := s.r.NewIter(&pebble.IterOptions{
 		LowerBound: seqKey(prefixPending, after+1),
 		UpperBound: []byte{prefixPending + 1},
 	})
@@ -221,6 +221,11 @@ func (a *applier) apply(p *Pending, v Verdict) error {
 		if err != nil {
 			return err
 		}
+		// An E key written directly must not be in the journal: see
+		// journal.go.
+		if err := a.s.foldIfPending(&p.ID); err != nil {
+			return err
+		}
 		nv := eventValue(p.Relay, uint32(p.Seen), p.Raw)
 		a.primary[p.ID] = nv
 		_ = a.b.Set(eventKey(&p.ID), nv, nil)
@@ -344,7 +349,10 @@ type keptVerdict struct{ key, verdict []byte }
 // ids pending for ever, with nothing to judge. It reads every body, as the
 // scan that follows a reset does anyway.
 func (s *Store) unrecomputable() ([]keptVerdict, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	if err := s.fold(); err != nil {
+		return nil, err
+	}
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +399,7 @@ type Quarantined struct {
 
 // ForEachQuarantined calls fn for every quarantined copy in order.
 func (s *Store) ForEachQuarantined(fn func(Quarantined) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixQuarant}, UpperBound: []byte{prefixQuarant + 1}})
+	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixQuarant}, UpperBound: []byte{prefixQuarant + 1}})
 	if err != nil {
 		return err
 	}
@@ -444,12 +452,15 @@ func decodeQuarantined(k, v []byte) (Quarantined, error) {
 // or body that cannot be read back) is skipped and the walk goes on; the
 // error returned then is a *DamageError naming them (errors.Is ErrCorrupt).
 func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
-	vit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
+	if err := s.fold(); err != nil {
+		return err
+	}
+	vit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixVerdict}, UpperBound: []byte{prefixVerdict + 1}})
 	if err != nil {
 		return err
 	}
 	defer func() { vit.Close() }() // vit is replaced past damage
-	eit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
+	eit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return err
 	}
@@ -512,30 +523,34 @@ func (s *Store) ForEachValid(fn func(id [32]byte, raw []byte) error) error {
 			ok = vit.Next()
 			continue
 		}
-		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
-			if err := eit.Error(); err != nil {
-				if !pebble.IsCorruptionError(err) {
-					return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
-				}
-				bad(corrupt(ek, err))
+		var ev []byte
+		if eit.SeekGE(ek) && bytes.Equal(eit.Key(), ek) {
+			if ev, err = value(eit); err != nil {
 				unexhaust(eit, ek)
-				eSkipUntil = []byte{prefixEvent + 1}
-				if next := s.iterPastDamage(ek, eSkipUntil); next != nil {
-					eSkipUntil = append([]byte(nil), next.Key()...)
-					_ = next.Close()
-				}
-			} else {
-				bad(corrupt(ek, errors.New("valid verdict without its event")))
+			}
+		} else if err = eit.Error(); err == nil {
+			// Stored after eit was made, its E key in the journal then
+			// (journal.go), or missing: E keys are never deleted.
+			if ev, err = s.get(ek); err == nil && ev == nil {
+				err = corrupt(ek, errors.New("valid verdict without its event"))
+			}
+		} else {
+			if !pebble.IsCorruptionError(err) {
+				return fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
+			}
+			bad(corrupt(ek, err))
+			unexhaust(eit, ek)
+			eSkipUntil = []byte{prefixEvent + 1}
+			if next := s.iterPastDamage(ek, eSkipUntil); next != nil {
+				eSkipUntil = append([]byte(nil), next.Key()...)
+				_ = next.Close()
 			}
 			ok = vit.Next()
 			continue
 		}
-		ev, err := value(eit)
 		var raw []byte
 		if err == nil {
 			_, raw, err = s.decodeEvent(ek, ev)
-		} else {
-			unexhaust(eit, ek)
 		}
 		if err != nil {
 			bad(err)

@@ -1,0 +1,215 @@
+package rawstore
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// timedRaw is event i's body with a created_at, so that it has T and H
+// keys.
+func timedRaw(i int) []byte {
+	ev := id(i)
+	return fmt.Appendf(nil, `{"id":"%s","created_at":%d,"kind":1,"content":"%s"}`, hex.EncodeToString(ev[:]), 1700000000+i, strings.Repeat("x", i%300))
+}
+
+// journalKeys counts the journal keys the store holds.
+func journalKeys(t *testing.T, s *Store) int {
+	t.Helper()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixJournal}, UpperBound: []byte{prefixJournal + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
+}
+
+// A crash with E keys still in the journal: a read-only open reads them
+// (lookups, check's walk of E, the crawl's read-back) without writing, a
+// writable open folds them into a table and leaves no journal key, and
+// both read every event back byte for byte.
+func TestJournalAfterCrash(t *testing.T) {
+	t.Parallel()
+	fs := vfs.NewCrashableMem()
+	s, err := Open(Options{Dir: "db", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := s.RelayIndex("wss://a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pend.foldAt = 250 // one fold on the way; the last batches stay in the journal
+	const n = 600
+	for b := 0; b < n; b += 100 {
+		var evs []Copy
+		for i := b; i < b+100; i++ {
+			evs = append(evs, Copy{ID: id(i), Raw: timedRaw(i)})
+		}
+		mustIngest(t, s, &Batch{Relay: relay, Events: evs})
+	}
+	if s.pend.n != 1 || s.pendingCount() != 300 || journalKeys(t, s) != 3 {
+		t.Fatalf("before the crash: %d folds, %d entries pending in %d journal keys; want 1, 300, 3", s.pend.n, s.pendingCount(), journalKeys(t, s))
+	}
+	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	readAll := func(s *Store, what string) {
+		t.Helper()
+		for i := range n {
+			h, err := s.Lookup(id(i))
+			if err != nil || !bytes.Equal(h.Primary, timedRaw(i)) {
+				t.Fatalf("%s: event %d: %q, %v", what, i, h.Primary, err)
+			}
+		}
+		rep, err := s.Check()
+		if err != nil || rep.Events != n || rep.Damaged != 0 {
+			t.Fatalf("%s: check: %+v, %v; want %d events, no damage", what, rep, err, n)
+		}
+		back := 0
+		if err := s.ReadBack(t.Context(), relay, 0, ^uint64(0), func(_ uint64, _ [32]byte, ok bool) error {
+			if ok {
+				back++
+			}
+			return nil
+		}); err != nil || back != n {
+			t.Fatalf("%s: read back %d, %v; want %d", what, back, err, n)
+		}
+	}
+	ro, err := Open(Options{Dir: "db", FS: clone, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.pendingCount() != 300 {
+		t.Fatalf("read-only: %d journal entries, want 300", ro.pendingCount())
+	}
+	readAll(ro, "read-only")
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := Open(Options{Dir: "db", FS: clone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if k := journalKeys(t, rw); k != 0 || rw.pendingCount() != 0 {
+		t.Fatalf("writable open: %d journal keys, %d entries pending; want none", k, rw.pendingCount())
+	}
+	readAll(rw, "writable")
+}
+
+// An E key written directly (an alternate promoted over a primary still
+// in the journal) is not undone by the fold that follows: the table a
+// fold ingests is newer than the memtable.
+func TestJournalPromotionSurvivesFold(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.RelayIndex("wss://a")
+	b, _ := s.RelayIndex("wss://b")
+	forged, good := []byte("bad-copy-1"), []byte("good-copy-1")
+	mustIngest(t, s, &Batch{Relay: a, Events: []Copy{{ID: id(1), Raw: forged}}})
+	mustIngest(t, s, &Batch{Relay: b, Events: []Copy{{ID: id(1), Raw: good}}})
+	if s.pendingCount() != 1 {
+		t.Fatalf("%d entries in the journal, want the forged primary's", s.pendingCount())
+	}
+	// From the queue, as the daemon's pool does (a scan would fold
+	// before it starts).
+	for {
+		items, err := s.NextPending(0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) == 0 {
+			break
+		}
+		vs := make([]Verdict, len(items))
+		for i := range items {
+			if err := s.Load(&items[i]); err != nil {
+				t.Fatal(err)
+			}
+			vs[i] = judgeByContent(items[i])
+		}
+		if err := s.Apply(items, vs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(s *Store, what string) {
+		t.Helper()
+		h, err := s.Lookup(id(1))
+		if err != nil || !bytes.Equal(h.Primary, good) || h.Verdict != "valid" {
+			t.Fatalf("%s: primary %q (%s), %v; want %q, valid", what, h.Primary, h.Verdict, err, good)
+		}
+	}
+	check(s, "promoted")
+	if err := s.fold(); err != nil {
+		t.Fatal(err)
+	}
+	check(s, "folded")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(Options{Dir: dir, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check(s, "reopened")
+}
+
+// Lookups racing folds: a lookup's iterator made before a fold must still
+// find what the fold moved (it reads the journal map of its iterator's
+// moment), or an id stored by an earlier batch is taken for new and
+// stored and counted twice.
+func TestJournalLookupsRaceFolds(t *testing.T) {
+	t.Parallel()
+	s := openTest(t)
+	s.pend.foldAt = 30
+	r1, _ := s.RelayIndex("wss://a")
+	r2, _ := s.RelayIndex("wss://b")
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 3000
+	done := make(chan error, 2)
+	for _, relay := range []uint32{r1, r2} {
+		perm := rng.Perm(n)
+		go func() {
+			for b := 0; b < n; b += 25 {
+				var evs []Copy
+				// Each page starts with the last few of the page before,
+				// as a relay's boundary second: ids this relay's own
+				// earlier commit stored, which only the lookup can find.
+				for _, i := range perm[max(b-5, 0) : b+25] {
+					evs = append(evs, Copy{ID: id(i), Raw: segRaw(i)})
+				}
+				if _, err := s.Ingest(&Batch{Relay: relay, Events: evs}); err != nil {
+					done <- fmt.Errorf("relay %d: %w", relay, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := mustStats(t, s); st.Events != n || st.Duplicates != n+2*(n-25)/25*5 {
+		t.Fatalf("%d events, %d duplicates after two relays served the same %d; %d folds", st.Events, st.Duplicates, n, s.pend.n)
+	}
+	t.Logf("%d folds", s.pend.n)
+}
