@@ -209,7 +209,7 @@ func (s *Store) foldLocked() error {
 	if err := s.gate("drop folded journal", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return err
 	}
-	s.pend.m = make(pendingEntries, len(s.pend.m))
+	s.pend.m = pendingEntries{} // grown as it fills: presized, the garbage of the old one came on top
 	s.pend.n++
 	return nil
 }
