@@ -130,25 +130,7 @@ func TestJournalPromotionSurvivesFold(t *testing.T) {
 	}
 	// From the queue, as the daemon's pool does (a scan would fold
 	// before it starts).
-	for {
-		items, err := s.NextPending(0, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(items) == 0 {
-			break
-		}
-		vs := make([]Verdict, len(items))
-		for i := range items {
-			if err := s.Load(&items[i]); err != nil {
-				t.Fatal(err)
-			}
-			vs[i] = judgeByContent(items[i])
-		}
-		if err := s.Apply(items, vs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drainQueue(t, s, judgeByContent)
 	check := func(s *Store, what string) {
 		t.Helper()
 		h, err := s.Lookup(id(1))

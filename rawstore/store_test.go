@@ -72,6 +72,13 @@ func drain(t *testing.T, s *Store, judge func(Pending) Verdict) {
 			t.Fatal(err)
 		}
 	}
+	drainQueue(t, s, judge)
+}
+
+// drainQueue verifies the queue with judge until it is empty, as the
+// daemon's pool does.
+func drainQueue(t *testing.T, s *Store, judge func(Pending) Verdict) {
+	t.Helper()
 	for {
 		items, err := s.NextPending(0, 100)
 		if err != nil {
