@@ -201,9 +201,6 @@ func (s *Store) CountServed(relay uint32, since, until uint64, match func(raw []
 
 // countServedScan is CountServed without the sighting index.
 func (s *Store) countServedScan(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
-	if err := s.fold(); err != nil {
-		return 0, err
-	}
 	eit, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
 	if err != nil {
 		return 0, err
@@ -250,15 +247,7 @@ func (s *Store) countServedScan(relay uint32, since, until uint64, match func(ra
 			return nil
 		}
 		copy(ek[1:], id[:])
-		var v []byte
-		var err error
-		if eit.SeekGE(ek) && bytes.Equal(eit.Key(), ek) {
-			v, err = eit.ValueAndErr()
-		} else if err = eit.Error(); err == nil {
-			// Committed after eit was made, its E key in the journal
-			// then (journal.go): E keys are never deleted.
-			v, err = s.get(ek)
-		}
+		v, err := s.seekEvent(eit, ek)
 		if err != nil {
 			return fmt.Errorf("rawstore: read event %x: %w", id[:8], err)
 		}

@@ -125,6 +125,20 @@ func (s *Store) pendingIn(m pendingEntries, id *[32]byte) ([]byte, bool) {
 	return v[:], true
 }
 
+// seekEvent returns the E value at ek through eit, or as get reads it
+// when eit does not hold it (stored after eit was made, its key in the
+// journal then): E keys are never deleted, so a miss of both is real.
+// nil: no such event. The value is valid until eit moves.
+func (s *Store) seekEvent(eit *pebble.Iterator, ek []byte) ([]byte, error) {
+	if eit.SeekGE(ek) && bytes.Equal(eit.Key(), ek) {
+		return eit.ValueAndErr()
+	}
+	if err := eit.Error(); err != nil {
+		return nil, err
+	}
+	return s.get(ek)
+}
+
 // pendingValue returns id's E value if it is in the journal.
 func (s *Store) pendingValue(id *[32]byte) ([]byte, bool) {
 	s.pend.mu.RLock()

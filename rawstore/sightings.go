@@ -209,9 +209,6 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 // countSightings is CountServed over the sighting index: the relay's H
 // keys in the range, each event's body read only for match.
 func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
-	if err := s.fold(); err != nil {
-		return 0, err
-	}
 	lo, hi := sightingBounds(relay, since, until)
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -238,20 +235,14 @@ func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw
 			continue
 		}
 		copy(ek[1:], k[1+4+8:])
-		if !eit.SeekGE(ek) || !bytes.Equal(eit.Key(), ek) {
-			if err := eit.Error(); err != nil {
-				return n, err
-			}
-			continue
-		}
-		v, err := eit.ValueAndErr()
+		v, err := s.seekEvent(eit, ek)
 		if err != nil {
 			return n, fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
 		}
 		if len(v) < eventHeaderLen {
 			continue
 		}
-		_, raw, err := s.decodeEvent(eit.Key(), v)
+		_, raw, err := s.decodeEvent(ek, v)
 		if err != nil {
 			return n, fmt.Errorf("rawstore: read event %x: %w", ek[1:9], err)
 		}
