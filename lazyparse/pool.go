@@ -48,13 +48,17 @@ type Options struct {
 	// calls Notify; default 200ms.
 	Idle time.Duration
 	// ScanFraction: Drain reads the backlog in key order when at least
-	// this fraction of the stored ids is pending; default 0.125.
+	// this fraction of the stored ids is pending; default
+	// DefaultScanFraction.
 	ScanFraction float64
 	// OnJudged, if set, sees each judged batch (items with their bytes,
 	// verdicts) on the pool's loop, e.g. to find relay URLs in the valid
 	// events. It must be quick and must not keep the slices.
 	OnJudged func(items []rawstore.Pending, vs []rawstore.Verdict)
 }
+
+// DefaultScanFraction is Options.ScanFraction's default.
+const DefaultScanFraction = 0.125
 
 func (o *Options) setDefaults() {
 	if o.Workers == 0 {
@@ -73,7 +77,7 @@ func (o *Options) setDefaults() {
 		o.Idle = 200 * time.Millisecond
 	}
 	if o.ScanFraction == 0 {
-		o.ScanFraction = 0.125
+		o.ScanFraction = DefaultScanFraction
 	}
 }
 
@@ -132,12 +136,12 @@ func (p *Pool) Alive() time.Time {
 	return time.Time{}
 }
 
-// Run verifies until ctx is done. An archive whose verdicts were reset
-// (NeedsScan) is scanned first, ingest waiting meanwhile: the queue does
-// not hold those copies.
+// Run verifies until ctx is done. An archive with pending copies in no
+// queue entry (NeedsScan: its verdicts were reset, or a run that verified
+// nothing left them out) is scanned first, ingest waiting meanwhile.
 func (p *Pool) Run(ctx context.Context) error {
 	if p.opts.Store.NeedsScan() {
-		p.opts.Logger.Warn("verdicts were reset and not all re-verified: verifying the archive in key order first; crawls wait for it")
+		p.opts.Logger.Warn("some pending events are in no verify queue (verdicts were reset, or a crawl or import stored them unverified): verifying the archive in key order first; crawls wait for it")
 		n, err := p.scan(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -219,6 +223,24 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 		}
 	}
 	return total, ctx.Err()
+}
+
+// ScannedLater reports whether the backlog of store will be verified in
+// key order (rawstore.ScanPending) however many copies are added to it
+// unverified: Drain, with the default ScanFraction, reads it so once
+// the pending copies are that share of the stored ids, and Run does when
+// the store NeedsScan; copies added unverified only raise the share. A
+// crawl that verifies nothing can then leave its copies out of the queue
+// (rawstore.Store.LeaveUnqueued), which nobody would read.
+func ScannedLater(store *rawstore.Store) (bool, error) {
+	if store.NeedsScan() {
+		return true, nil
+	}
+	st, err := store.Stats()
+	if err != nil {
+		return false, err
+	}
+	return float64(st.Pending) >= DefaultScanFraction*float64(st.Events), nil
 }
 
 // scan judges the pending copies in key order (rawstore.ScanPending).

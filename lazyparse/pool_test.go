@@ -286,3 +286,61 @@ func TestRunStopsPromptlyWithBacklog(t *testing.T) {
 		})
 	}
 }
+
+// ScannedLater is true exactly when the key-order scan will read the
+// backlog whatever is added unverified; copies a store leaves unqueued
+// then are all verified, by Drain and by Run.
+func TestScannedLater(t *testing.T) {
+	st, r := openStore(t, rawstore.Options{})
+	sk, _ := btcec.NewPrivateKey()
+	later := func(want bool, when string) {
+		t.Helper()
+		if got, err := ScannedLater(st); err != nil || got != want {
+			t.Fatalf("%s: ScannedLater = %v, %v; want %v", when, got, err, want)
+		}
+	}
+	later(true, "empty archive")
+	p, err := New(Options{Store: st, BatchSize: 50, Idle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingestSigned(t, st, r, sk, 160, "queued ")
+	if _, err := p.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	later(false, "160 verified")
+	ingestSigned(t, st, r, sk, 10, "more ")
+	later(false, "10 pending of 170")
+	ingestSigned(t, st, r, sk, 20, "more yet ")
+	later(true, "30 pending of 190")
+
+	st.LeaveUnqueued()
+	ingestSigned(t, st, r, sk, 40, "unqueued ")
+	later(true, "unqueued copies")
+	if !st.NeedsScan() {
+		t.Fatal("unqueued copies stored, NeedsScan false")
+	}
+	if q, err := st.NextPending(0, 1000); err != nil || len(q) != 30 {
+		t.Fatalf("queue holds %d entries, %v; want the 30 queued before", len(q), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, _ := st.Stats()
+		if s.Valid == 230 && s.Pending == 0 && !st.NeedsScan() {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("Run over unqueued copies: %+v, NeedsScan %v", s, st.NeedsScan())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	later(false, "all verified")
+}

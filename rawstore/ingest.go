@@ -213,6 +213,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
+	queue := !s.noQueue.Load()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var fresh []newCopy
 	// This batch's new copies, for its own later copies of their ids.
@@ -256,7 +257,11 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
 			added[c.ID] = c
-			fresh = append(fresh, newCopy{sighting: newSighting(c), c: c, loc: bodies.locs[i], seq: s.pendingSeq.Add(1)})
+			nc := newCopy{sighting: newSighting(c), c: c, loc: bodies.locs[i]}
+			if queue {
+				nc.seq = s.pendingSeq.Add(1)
+			}
+			fresh = append(fresh, nc)
 			if !damaged {
 				newIDs++
 				res.New++
@@ -287,7 +292,13 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 			}
 		}
 	}
-	journal := setNew(b, fresh, in.Relay, seen)
+	journal := setNew(b, fresh, in.Relay, seen, queue)
+	// Copies left out of the queue are found by the key-order scan only:
+	// the mark that says so is durable with the first of them.
+	markUnqueued := !queue && len(fresh) > 0 && !s.unqueued.Load()
+	if markUnqueued {
+		_ = b.Set(unqueuedKey, nil, nil)
+	}
 	setSightings(b, later, in.Relay, seen)
 	malformed := 0
 	for _, m := range in.Malformed {
@@ -365,6 +376,9 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 		return res, err
 	}
 	s.segs.tail = tail
+	if markUnqueued {
+		s.unqueued.Store(true)
+	}
 	for _, id := range repaired {
 		s.damage.repair(id)
 	}
@@ -375,8 +389,10 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 		}
 		s.recent.add(ids)
 	}
-	for _, f := range fresh {
-		s.hot.add(f.seq, in.Relay, f.c.Raw)
+	if queue {
+		for _, f := range fresh {
+			s.hot.add(f.seq, in.Relay, f.c.Raw)
+		}
 	}
 	return res, nil
 }
@@ -386,7 +402,7 @@ type newCopy struct {
 	sighting
 	c   *Copy
 	loc segLoc // its bytes in the segment log
-	seq uint64
+	seq uint64 // 0: not queued (see LeaveUnqueued)
 }
 
 // sighting is a copy's id and created_at, for its index keys (its T, H
@@ -427,14 +443,14 @@ func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
 	}
 }
 
-// setNew puts the T, H and P keys of fresh (in queue order) in b, each
+// setNew puts the T, H and P keys (unless !queue) of fresh (in queue order) in b, each
 // kind together and in key order: a memtable insert next to the one
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It returns the journal value of
 // their E keys (journal.go), in id order. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
 // as much as the sets.
-func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
+func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32, queue bool) []byte {
 	if len(fresh) == 0 {
 		return nil
 	}
@@ -453,8 +469,10 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
 	for _, f := range order {
 		f.setSighting(b, relay)
 	}
-	for i := range fresh {
-		_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
+	if queue {
+		for i := range fresh {
+			_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
+		}
 	}
 	return journal
 }

@@ -22,8 +22,20 @@ var scanKey = []byte{prefixInternal, 's', 'c', 'a', 'n'}
 var unqueuedKey = []byte{prefixInternal, 'u', 'n', 'q', 'u', 'e', 'u', 'e', 'd'}
 
 // NeedsScan reports whether some pending copies can only be found by
-// ScanPending (after ResetVerdicts, until a scan completes).
+// ScanPending (after ResetVerdicts or an ingest that LeaveUnqueued left
+// out of the queue, until a scan completes).
 func (s *Store) NeedsScan() bool { return s.unqueued.Load() }
+
+// LeaveUnqueued makes Ingest leave the new primary copies it stores from
+// now on out of the verify queue: the batch of the first one marks the
+// archive as needing a key-order scan (NeedsScan), which ScanPending
+// clears. It is for a store nobody verifies while it ingests and whose
+// backlog a key-order scan will read anyway (`crawl --no-verify`): their
+// queue entries, one of the four keys a new event costs, would be
+// written, flushed and compacted, then dropped by that scan unread
+// (~0.5 µs per event in a 1M crawl; docs/PERFORMANCE.md, session 27).
+// Alternates are still queued.
+func (s *Store) LeaveUnqueued() { s.noQueue.Store(true) }
 
 // Judge decides a batch of pending copies: vs[i] judges items[i].
 type Judge func(items []Pending, vs []Verdict) error

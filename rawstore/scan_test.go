@@ -7,6 +7,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // mixedArchive ingests, over two relays and several batches, primaries
@@ -144,5 +146,58 @@ func TestScanInterruptedThenQueue(t *testing.T) {
 	}
 	if s.staleUpTo.Load() != 0 {
 		t.Fatalf("stale mark %d after a finished scan", s.staleUpTo.Load())
+	}
+}
+
+// Copies left out of the queue (LeaveUnqueued) are found by the scan,
+// also after a crash: the mark that says they exist is durable with the
+// first of them, and the verified archive is the one the queue makes.
+func TestUnqueuedCopiesScannedAfterCrash(t *testing.T) {
+	want := openTest(t)
+	mixedArchive(t, want, 5)
+	drain(t, want, judgeByContent)
+	wantSt, wantValid, wantQuar := archiveState(t, want)
+
+	fs := vfs.NewCrashableMem()
+	s, err := Open(Options{Dir: "db", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.LeaveUnqueued()
+	// Its drain after the third batch scans (and clears the mark); the
+	// batches after it set the mark again.
+	mixedArchive(t, s, 5)
+	st := mustStats(t, s)
+	queued, err := s.NextPending(0, int(st.Events)+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range queued {
+		if p.Variant == nil {
+			t.Fatalf("primary copy %x queued", p.ID[:4])
+		}
+	}
+	if !s.NeedsScan() || st.Pending <= int64(len(queued)) {
+		t.Fatalf("before the crash: NeedsScan %v, %d pending, %d queued; want a scan needed for more than the queue", s.NeedsScan(), st.Pending, len(queued))
+	}
+	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(Options{Dir: "db", FS: clone}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.NeedsScan() {
+		t.Fatal("after the crash the archive does not say it needs a scan")
+	}
+	drain(t, s, judgeByContent)
+	gotSt, gotValid, gotQuar := archiveState(t, s)
+	if fmt.Sprint(gotSt) != fmt.Sprint(wantSt) || !maps.Equal(gotValid, wantValid) || !maps.Equal(gotQuar, wantQuar) {
+		t.Fatalf("unqueued, crashed and scanned:\n%+v, %d valid, quarantine %v\nqueued:\n%+v, %d valid, quarantine %v",
+			gotSt, len(gotValid), gotQuar, wantSt, len(wantValid), wantQuar)
+	}
+	if gotSt.Pending != 0 || s.NeedsScan() {
+		t.Fatalf("after the scan: %d pending, NeedsScan %v", gotSt.Pending, s.NeedsScan())
 	}
 }

@@ -124,6 +124,7 @@ type Store struct {
 	quarSeq    atomic.Uint64
 	staleUpTo  atomic.Uint64 // queue entries up to this seq may be judged already (see scanKey)
 	unqueued   atomic.Bool   // see unqueuedKey
+	noQueue    atomic.Bool   // see LeaveUnqueued
 	hot        *hotCopies
 	damage     damageLog // damaged records met since Open (see Damage)
 	faults     *faults

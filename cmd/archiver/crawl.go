@@ -113,6 +113,11 @@ func runCrawl(args []string) int {
 		}
 	}()
 
+	if *noVerify {
+		if err := deferVerify(store); err != nil {
+			return fail("crawl", fmt.Errorf("reading archive %s: %w", c.data, err))
+		}
+	}
 	if *serveOn != "" {
 		so := serve.DefaultOptions()
 		so.Addr = *serveOn

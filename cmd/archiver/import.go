@@ -89,7 +89,11 @@ resumes where it stopped, or, once done, reads only what was appended.`)
 		}
 	}}
 	var ver *verifier
-	if !*noVerify {
+	if *noVerify {
+		if err := deferVerify(store); err != nil {
+			return fail("import", fmt.Errorf("reading archive %s: %w", c.data, err))
+		}
+	} else {
 		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
 			return usageError("--verify-workers", err)
 		}

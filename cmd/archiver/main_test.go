@@ -250,3 +250,48 @@ func TestCommands(t *testing.T) {
 		}
 	}
 }
+
+// A crawl that verifies nothing, then reprocess: the archive it leaves is
+// verified to the event, whether the crawl queued its copies (a small
+// addition to a verified archive) or left them to the key-order scan
+// (a fresh archive, whose whole backlog the scan reads).
+func TestNoVerifyThenReprocess(t *testing.T) {
+	t.Parallel()
+	stats := func(data string) status.Report {
+		t.Helper()
+		out, err := archiver("stats", "--data", data, "--json").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep status.Report
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatalf("stats --json: %v\n%s", err, out)
+		}
+		return rep
+	}
+	data := t.TempDir()
+	var valid int64
+	var all testrelay.Fixture // what both relays serve valid
+	for i, fo := range []testrelay.FixtureOptions{
+		{Seed: 7, Events: 1200, ForgedIDs: 5, BadSigs: 3}, // into an empty archive: left to the scan
+		{Seed: 8, Events: 100, BadSigs: 2},                // 102 copies next to 1,200 verified: queued
+	} {
+		f := fixture(t, fo)
+		r := relay(t, testrelay.Options{MaxLimit: 300}, f)
+		if code, _, stderr := runFor(t, 2*time.Minute, "crawl", "--data", data, "--no-verify", r.URL()); code != 0 {
+			t.Fatalf("crawl %d: exit %d\n%s", i, code, tail(stderr))
+		}
+		if rep := stats(data); rep.Valid != valid || rep.Pending == 0 {
+			t.Fatalf("crawl %d without verifying: %d valid, %d pending; want %d valid and some pending", i, rep.Valid, rep.Pending, valid)
+		}
+		if code, _, stderr := runFor(t, 2*time.Minute, "reprocess", "--data", data); code != 0 {
+			t.Fatalf("reprocess %d: exit %d\n%s", i, code, tail(stderr))
+		}
+		all.Valid = append(all.Valid, f.Valid...)
+		assertExport(t, data, &all)
+		valid += int64(len(f.Valid))
+		if rep := stats(data); rep.Valid != valid || rep.Pending != 0 || rep.InvalidCopies["bad-sig"] != int64(3+2*i) {
+			t.Fatalf("after reprocess %d: %d valid (want %d), %d pending, invalid %v", i, rep.Valid, valid, rep.Pending, rep.InvalidCopies)
+		}
+	}
+}

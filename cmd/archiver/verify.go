@@ -56,3 +56,14 @@ func (v *verifier) finish(ctx context.Context) {
 		v.log.Error("verify", zap.Error(err))
 	}
 }
+
+// deferVerify readies store for a run that verifies nothing: when its
+// backlog will be verified in key order anyway (lazyparse.ScannedLater),
+// the copies the run stores skip the queue.
+func deferVerify(store *rawstore.Store) error {
+	later, err := lazyparse.ScannedLater(store)
+	if later {
+		store.LeaveUnqueued()
+	}
+	return err
+}
