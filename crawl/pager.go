@@ -93,11 +93,12 @@ type pageCommit struct {
 // commitAhead starts committing page items with s's cursor moved to
 // cursor, and returns s as it will then stand (the queue may yet raise its
 // Since: wait returns the shard as the queue has it).
-func (r *relayCrawl) commitAhead(items []relayconn.Item, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
+func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.s, c.err = r.commit(items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
+		c.s, c.err = r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
+		page.Release() // stored: the store keeps none of its bytes
 	}()
 	s.Cursor = cursor
 	return s, c
@@ -332,7 +333,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		}
 		cursor = s.Cursor - 1
 	}
-	next, c := r.commitAhead(page.Items, malformed, s, cursor)
+	next, c := r.commitAhead(page, malformed, s, cursor)
 	return next, c, nil
 }
 

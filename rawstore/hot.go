@@ -1,6 +1,9 @@
 package rawstore
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+)
 
 // hotCopies keeps the bytes of recently ingested primary copies, by queue
 // seq, so that the verify pool, which usually runs just behind the crawl,
@@ -38,7 +41,9 @@ func (h *hotCopies) add(seq uint64, relay uint32, raw []byte) {
 			delete(h.byseq, old)
 		}
 	}
-	h.byseq[seq] = hotCopy{relay, raw}
+	// A copy of its own: Ingest keeps nothing of its batch (the crawl
+	// reuses a page's memory once it is stored).
+	h.byseq[seq] = hotCopy{relay, bytes.Clone(raw)}
 	h.order = append(h.order, seq)
 	h.size += len(raw)
 }

@@ -112,7 +112,8 @@ const eventHeaderLen = 5
 // Duplicates cost a lookup (plus a provenance key when a second relay
 // serves an id); a copy whose bytes differ from the stored one is kept as
 // an alternate and verified on its own, so a forged copy stored first
-// never hides a valid one.
+// never hides a valid one. It keeps no reference to in's bytes once it
+// returns.
 func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	// The ids are looked up before taking the lock that orders dedup
 	// decisions, so concurrent ingests overlap their reads; under the

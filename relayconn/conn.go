@@ -55,7 +55,7 @@ type Malformed struct {
 type Item struct {
 	ID        [32]byte
 	CreatedAt int64
-	Raw       []byte // owned (copied out of the WebSocket buffer)
+	Raw       []byte // copied out of the WebSocket buffer; see Page.Release
 }
 
 // Page is what one REQ returned.
@@ -70,6 +70,8 @@ type Page struct {
 	// SentAuthed: the REQ went out after the relay had accepted our
 	// NIP-42 AUTH, so an auth-required answer is not for want of it.
 	SentAuthed bool
+
+	arena rawArena // the Items' Raw (see Release); a stream's page has none
 }
 
 // Conn is one WebSocket connection to a relay with any number of REQs in
@@ -592,7 +594,15 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 			c.finishLocked(s, EndOverflow, "relay ignored limit")
 			return
 		}
-		s.page.Items = append(s.page.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
+		// A stream's items are taken while it runs: they get copies of
+		// their own, which a long tail's arena would otherwise pin.
+		var raw []byte
+		if s.stream {
+			raw = bytes.Clone(m.Raw)
+		} else {
+			raw = s.page.arena.copy(m.Raw)
+		}
+		s.page.Items = append(s.page.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: raw})
 		s.page.Bytes += len(data)
 	case m.Label == frame.EOSE:
 		switch {
