@@ -2,6 +2,7 @@ package rawstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -194,4 +195,47 @@ func TestJournalLookupsRaceFolds(t *testing.T) {
 		t.Fatalf("%d events, %d duplicates after two relays served the same %d; %d folds", st.Events, st.Duplicates, n, s.pend.n)
 	}
 	t.Logf("%d folds", s.pend.n)
+}
+
+// A fold's entries come out in id order, all of them, however the ids
+// crowd: random ids, ids sharing their first 2 or 8 bytes (forged ids
+// can), a single id, none.
+func TestSortedEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	randomID := func(prefix int, b byte) (id [32]byte) {
+		for i := range id {
+			id[i] = byte(rng.Uint32())
+		}
+		for i := range prefix {
+			id[i] = b
+		}
+		return id
+	}
+	for _, tc := range []struct {
+		name   string
+		n      int
+		prefix int  // leading bytes every id shares
+		b      byte // their value
+	}{{"none", 0, 0, 0}, {"one", 1, 0, 0}, {"random", 5000, 0, 0}, {"bucket shared", 3000, 2, 0xab},
+		{"first 8 bytes shared", 3000, 8, 0xab}, {"first bucket", 50, 2, 0}, {"last bucket", 50, 2, 0xff}} {
+		m := pendingEntries{}
+		for range tc.n {
+			id := randomID(tc.prefix, tc.b)
+			var v [eventLenV3]byte
+			copy(v[:], id[:])
+			m[id] = v
+		}
+		got := sortedEntries(m)
+		if len(got) != len(m) {
+			t.Fatalf("%s: %d entries of %d", tc.name, len(got), len(m))
+		}
+		for i, e := range got {
+			if v, ok := m[e.id]; !ok || v != e.v || e.hi != binary.BigEndian.Uint64(e.id[:8]) {
+				t.Fatalf("%s: entry %d is not the map's", tc.name, i)
+			}
+			if i > 0 && bytes.Compare(got[i-1].id[:], e.id[:]) >= 0 {
+				t.Fatalf("%s: entries %d and %d out of order", tc.name, i-1, i)
+			}
+		}
+	}
 }
