@@ -51,40 +51,73 @@ func newIDFilter(stored int64) *idFilter {
 	return &idFilter{words: make([]atomic.Uint64, blocks*idBlockWords), seed: maphash.MakeSeed(), blocks: blocks, capacity: capacity}
 }
 
-// probe returns the first word of id's block and its bits within the
-// block's 512.
-func (f *idFilter) probe(id *[32]byte) (uint64, uint64) {
+// probe returns the first word of id's block and the bits it sets in
+// each of the block's words.
+func (f *idFilter) probe(id *[32]byte) (base uint64, masks [idBlockWords]uint64) {
 	h := maphash.Bytes(f.seed, id[:])
 	hi, _ := bits.Mul64(h, f.blocks)
-	return hi * idBlockWords, h*0x9e3779b97f4a7c15 | 1
+	h = h*0x9e3779b97f4a7c15 | 1
+	for range idProbes {
+		bit := h & 511
+		masks[bit>>6] |= 1 << (bit & 63)
+		h >>= 9
+	}
+	return hi * idBlockWords, masks
 }
 
 // add records id; safe alongside other adds and lookups.
 func (f *idFilter) add(id *[32]byte) {
-	base, h := f.probe(id)
-	for range idProbes {
-		bit := h & 511
-		f.words[base+bit>>6].Or(1 << (bit & 63))
-		h >>= 9
+	f.set(f.probe(id))
+}
+
+// set ors masks into the block at base: one atomic per word touched, not
+// per bit (the ors were most of an add).
+func (f *idFilter) set(base uint64, masks [idBlockWords]uint64) {
+	for i, m := range masks {
+		if m != 0 {
+			f.words[base+uint64(i)].Or(m)
+		}
 	}
 	f.added.Add(1)
+}
+
+// usable reports whether the filter may prove anything: its build is done
+// and it is not far over what it was sized for.
+func (f *idFilter) usable() bool {
+	return f.ready.Load() && f.added.Load() <= 2*f.capacity
+}
+
+// has reports whether every bit of masks is set at base.
+func (f *idFilter) has(base uint64, masks [idBlockWords]uint64) bool {
+	for i, m := range masks {
+		if m != 0 && f.words[base+uint64(i)].Load()&m != m {
+			return false
+		}
+	}
+	return true
 }
 
 // proveNew reports whether id was certainly never added, and so is not
 // stored. It is false while the filter cannot tell.
 func (f *idFilter) proveNew(id *[32]byte) bool {
-	if !f.ready.Load() || f.added.Load() > 2*f.capacity {
+	return f.usable() && !f.has(f.probe(id))
+}
+
+// claim is proveNew that also adds an id it proves new, with one probe
+// while the block is in cache: Ingest claims the ids its lookup proves
+// new (and adds the others before their commit). An id claimed and then
+// not stored (a concurrent ingest stored it first, the batch failed)
+// only makes the filter answer "maybe" for it, which the lookup decides.
+func (f *idFilter) claim(id *[32]byte) bool {
+	if !f.usable() {
 		return false
 	}
-	base, h := f.probe(id)
-	for range idProbes {
-		bit := h & 511
-		if f.words[base+bit>>6].Load()&(1<<(bit&63)) == 0 {
-			return true
-		}
-		h >>= 9
+	base, masks := f.probe(id)
+	if f.has(base, masks) {
+		return false
 	}
-	return false
+	f.set(base, masks)
+	return true
 }
 
 // storedEvents reads the unique-ids counter (0 if absent).

@@ -107,3 +107,27 @@ func TestIDFilterSize(t *testing.T) {
 		}
 	}
 }
+
+// claim proves an id new once and adds it: the second claim, and every
+// proveNew after, answer "maybe". A filter that cannot prove anything
+// claims nothing and adds nothing.
+func TestIDFilterClaim(t *testing.T) {
+	f := newIDFilter(0)
+	f.ready.Store(true)
+	for i := range 1000 {
+		ev := id(i)
+		if !f.claim(&ev) {
+			t.Fatalf("id %d: first claim on a near-empty filter not proven new", i)
+		}
+		if f.claim(&ev) || f.proveNew(&ev) {
+			t.Fatalf("id %d: proven new again after its claim", i)
+		}
+	}
+	if n := f.added.Load(); n != 1000 {
+		t.Fatalf("%d adds counted for 1000 claims", n)
+	}
+	g := newIDFilter(0) // not built yet
+	if ev := id(1); g.claim(&ev) || g.added.Load() != 0 {
+		t.Fatal("an unbuilt filter claimed an id")
+	}
+}

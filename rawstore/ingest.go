@@ -119,7 +119,8 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	// decisions, so concurrent ingests overlap their reads; under the
 	// lock only the ids of commits since are checked (see recentCommits).
 	gen := s.recent.gen.Load()
-	known, err := s.lookup(in.Events)
+	claimed := make([]bool, len(in.Events))
+	known, err := s.lookup(in.Events, claimed)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("rawstore: look up batch of relay %s: %w", s.RelayURL(in.Relay), err)
 	}
@@ -128,7 +129,7 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 		return IngestResult{}, err
 	}
 	s.ingestMu.Lock()
-	res, err := s.ingestLocked(in, known, gen, bodies)
+	res, err := s.ingestLocked(in, known, claimed, gen, bodies)
 	s.ingestMu.Unlock()
 	if err != nil || s.sync != pebble.Sync {
 		return res, err
@@ -199,9 +200,10 @@ func (s *Store) writeBodies(in *Batch, known map[[32]byte][]byte) (written, erro
 
 // ingestLocked is Ingest under ingestMu, without the sync. inBatch holds
 // the stored copies a lookup at generation gen found; copies put in this
-// batch join it (Pebble cannot read them back). bodies says where the
-// new copies' bytes are.
-func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64, bodies written) (IngestResult, error) {
+// batch join it (Pebble cannot read them back). claimed[i] says the
+// lookup added copy i's id to the id filter already. bodies says where
+// the new copies' bytes are.
+func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []bool, gen uint64, bodies written) (IngestResult, error) {
 	var res IngestResult
 	if s.pendingCount() >= s.pend.foldAt {
 		if err := s.fold(); err != nil {
@@ -254,7 +256,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, gen uint64,
 				// and catchUp only finds more.
 				return res, fmt.Errorf("rawstore: no body written for new event %x", c.ID[:8])
 			}
-			if s.ids != nil {
+			if s.ids != nil && !claimed[i] {
 				s.ids.add(&c.ID) // before the commit: see idFilter
 			}
 			added[c.ID] = c
@@ -500,17 +502,26 @@ func setSightings(b *pebble.Batch, later []sighting, relay, seen uint32) {
 // lookup returns the stored E values of the ids of evs that exist,
 // looking up only those the id filter cannot prove new: a version 3
 // value resolved (its body read from the log, for ingest to compare a
-// copy's bytes), damagedCopy for one that cannot be read back.
-func (s *Store) lookup(evs []Copy) (map[[32]byte][]byte, error) {
+// copy's bytes), damagedCopy for one that cannot be read back. Unless
+// claimed is nil, the ids the filter proves new are claimed (added to
+// it), and claimed[i] says which.
+func (s *Store) lookup(evs []Copy, claimed []bool) (map[[32]byte][]byte, error) {
 	found := make(map[[32]byte][]byte, len(evs))
 	if len(evs) == 0 {
 		return found, nil
 	}
 	keys := make([][]byte, 0, len(evs))
 	for i := range evs {
-		if s.ids == nil || !s.ids.proveNew(&evs[i].ID) {
-			keys = append(keys, eventKey(&evs[i].ID))
+		switch {
+		case s.ids == nil:
+		case claimed != nil:
+			if claimed[i] = s.ids.claim(&evs[i].ID); claimed[i] {
+				continue
+			}
+		case s.ids.proveNew(&evs[i].ID):
+			continue
 		}
+		keys = append(keys, eventKey(&evs[i].ID))
 	}
 	err := s.readStored(keys, func(k, v, raw []byte, err error) {
 		id := [32]byte(k[1:])
@@ -651,7 +662,7 @@ func (s *Store) catchUp(evs []Copy, known map[[32]byte][]byte, gen uint64) error
 	if len(missed) == 0 {
 		return nil
 	}
-	found, err := s.lookup(missed)
+	found, err := s.lookup(missed, nil)
 	maps.Copy(known, found)
 	return err
 }

@@ -17,7 +17,8 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 			r, _ := s.RelayIndex("wss://a")
 			late := &Batch{Relay: r, Events: []Copy{{ID: id(0), Raw: []byte("good0")}, {ID: id(1), Raw: []byte("good1")}, {ID: id(-1), Raw: []byte("good-1")}}}
 			gen := s.recent.gen.Load()
-			known, err := s.lookup(late.Events)
+			claimed := make([]bool, len(late.Events))
+			known, err := s.lookup(late.Events, claimed)
 			if err != nil || len(known) != 0 {
 				t.Fatalf("lookup on an empty store: %v %v", known, err)
 			}
@@ -29,7 +30,7 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.ingestMu.Lock()
-			res, err := s.ingestLocked(late, known, gen, bodies)
+			res, err := s.ingestLocked(late, known, claimed, gen, bodies)
 			s.ingestMu.Unlock()
 			if err != nil {
 				t.Fatal(err)
