@@ -170,20 +170,33 @@ func TestRunScansAfterReset(t *testing.T) {
 	if _, err := st.ResetVerdicts(); err != nil {
 		t.Fatal(err)
 	}
+	runUntilVerified(t, p, st, 200, "Run after a reset")
+}
+
+// runUntilVerified runs p until st holds valid verified events, nothing
+// pending and nothing left to scan, and stops it; it fails the test if
+// that takes 20 s. The store is polled: a batch's verdicts may be applied
+// after the pool reports it judged.
+func runUntilVerified(t *testing.T, p *Pool, st *rawstore.Store, valid int64, what string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		s, _ := st.Stats()
-		if s.Valid == 200 && s.Pending == 0 && !st.NeedsScan() {
+		if s.Valid == valid && s.Pending == 0 && !st.NeedsScan() {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			cancel()
-			t.Fatalf("Run after a reset: %+v, NeedsScan %v", s, st.NeedsScan())
+			<-done
+			t.Fatalf("%s: %+v, NeedsScan %v", what, s, st.NeedsScan())
+		case <-tick.C:
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -323,24 +336,6 @@ func TestScannedLater(t *testing.T) {
 	if q, err := st.NextPending(0, 1000); err != nil || len(q) != 30 {
 		t.Fatalf("queue holds %d entries, %v; want the 30 queued before", len(q), err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s, _ := st.Stats()
-		if s.Valid == 230 && s.Pending == 0 && !st.NeedsScan() {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("Run over unqueued copies: %+v, NeedsScan %v", s, st.NeedsScan())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	runUntilVerified(t, p, st, 230, "Run over unqueued copies")
 	later(false, "all verified")
 }

@@ -210,14 +210,7 @@ func TestCommands(t *testing.T) {
 	}
 	assertExport(t, data, f)
 
-	out, err := archiver("stats", "--data", data, "--json").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep status.Report
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("stats --json: %v\n%s", err, out)
-	}
+	rep, out := statsJSON(t, data)
 	if rep.Valid != int64(len(f.Valid)) || rep.Pending != 0 || rep.InvalidCopies["id-mismatch"] != 6 || rep.InvalidCopies["bad-sig"] != 4 {
 		t.Fatalf("stats: %s", out)
 	}
@@ -257,18 +250,6 @@ func TestCommands(t *testing.T) {
 // (a fresh archive, whose whole backlog the scan reads).
 func TestNoVerifyThenReprocess(t *testing.T) {
 	t.Parallel()
-	stats := func(data string) status.Report {
-		t.Helper()
-		out, err := archiver("stats", "--data", data, "--json").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep status.Report
-		if err := json.Unmarshal(out, &rep); err != nil {
-			t.Fatalf("stats --json: %v\n%s", err, out)
-		}
-		return rep
-	}
 	data := t.TempDir()
 	var valid int64
 	var all testrelay.Fixture // what both relays serve valid
@@ -281,7 +262,7 @@ func TestNoVerifyThenReprocess(t *testing.T) {
 		if code, _, stderr := runFor(t, 2*time.Minute, "crawl", "--data", data, "--no-verify", r.URL()); code != 0 {
 			t.Fatalf("crawl %d: exit %d\n%s", i, code, tail(stderr))
 		}
-		if rep := stats(data); rep.Valid != valid || rep.Pending == 0 {
+		if rep, _ := statsJSON(t, data); rep.Valid != valid || rep.Pending == 0 {
 			t.Fatalf("crawl %d without verifying: %d valid, %d pending; want %d valid and some pending", i, rep.Valid, rep.Pending, valid)
 		}
 		if code, _, stderr := runFor(t, 2*time.Minute, "reprocess", "--data", data); code != 0 {
@@ -290,8 +271,22 @@ func TestNoVerifyThenReprocess(t *testing.T) {
 		all.Valid = append(all.Valid, f.Valid...)
 		assertExport(t, data, &all)
 		valid += int64(len(f.Valid))
-		if rep := stats(data); rep.Valid != valid || rep.Pending != 0 || rep.InvalidCopies["bad-sig"] != int64(3+2*i) {
+		if rep, _ := statsJSON(t, data); rep.Valid != valid || rep.Pending != 0 || rep.InvalidCopies["bad-sig"] != int64(3+2*i) {
 			t.Fatalf("after reprocess %d: %d valid (want %d), %d pending, invalid %v", i, rep.Valid, valid, rep.Pending, rep.InvalidCopies)
 		}
 	}
+}
+
+// statsJSON is `archiver stats --json` of data, decoded, and as printed.
+func statsJSON(t *testing.T, data string) (status.Report, []byte) {
+	t.Helper()
+	out, err := archiver("stats", "--data", data, "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep status.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, out)
+	}
+	return rep, out
 }
