@@ -76,7 +76,7 @@ func TestServeWhileCrawling(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 21, Events: 1500})
 	// Small, slow pages: the crawl takes a second or more.
-	r := serveItems(t, testrelay.Options{MaxLimit: 50, Latency: 30 * time.Millisecond}, f.Items)
+	r := serveItems(t, testrelay.Options{MaxLimit: 50, Latency: 60 * time.Millisecond}, f.Items)
 	cfg, err := config.Load("", config.Overrides{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Relays: []string{r.URL()}, ServeListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -126,13 +126,21 @@ func TestServeWhileCrawling(t *testing.T) {
 		}
 		return partial
 	}
-	partial, writing := 0, 0
+	// writing counts the rounds run while the crawl was storing events;
+	// unverified, those with events still pending (not to be served): the
+	// verify pool runs right behind ingest, so how many rounds see that is
+	// timing, logged and not required (under load it was none in 1 of
+	// ~300 runs).
+	partial, writing, unverified := 0, 0, 0
 	deadline := time.Now().Add(60 * time.Second)
 	for round := 0; ; round++ {
 		st := getStatus(t, d.Addr())
 		finished := len(st.Relays) == 1 && st.Relays[0].State == StateStopped && st.Pending == 0
+		if !finished && st.Events > 0 {
+			writing++
+		}
 		if st.Pending > 0 {
-			writing++ // events archived, still unverified: not to be served
+			unverified++
 		}
 		if check(round) {
 			partial++
@@ -141,7 +149,7 @@ func TestServeWhileCrawling(t *testing.T) {
 			if rs := st.Relays[0]; rs.LastFinish != "drained" {
 				t.Fatalf("finish %s: %s", rs.LastFinish, rs.LastDetail)
 			}
-			t.Logf("%d rounds: %d while events waited for verification, %d while part of the fixture was served", round+1, writing, partial)
+			t.Logf("%d rounds: %d while the crawl stored events, %d while events waited for verification, %d while part of the fixture was served", round+1, writing, unverified, partial)
 			break
 		}
 		if time.Now().After(deadline) {

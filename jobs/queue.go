@@ -59,10 +59,14 @@ func (s Subjects) Consumer() string { return "workers" }
 const DedupWindow = 24 * time.Hour
 
 // EnsureStream creates (or updates) the work-queue stream and the status
-// bucket.
+// bucket. Each is created first, which the server answers without a
+// change when it exists as configured, and updated only when its
+// configuration differs: every node ensures them at start, and an update
+// of an unchanged stream raced, inside nats-server, with another node's
+// consumer being created on it (seen under -race in the fleet tests).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, s Subjects) (jetstream.Stream, jetstream.KeyValue, error) {
 	s = s.withDefaults()
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	scfg := jetstream.StreamConfig{
 		Name:        s.Stream,
 		Description: "archiver crawl jobs",
 		Subjects:    []string{s.jobsWildcard()},
@@ -70,16 +74,24 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, s Subjects) (jets
 		Storage:     jetstream.FileStorage,
 		Duplicates:  DedupWindow,
 		MaxMsgSize:  MaxJobSize,
-	})
+	}
+	st, err := js.CreateStream(ctx, scfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		st, err = js.UpdateStream(ctx, scfg)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobs: stream %s: %w", s.Stream, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kcfg := jetstream.KeyValueConfig{
 		Bucket:      s.Bucket(),
 		Description: "archiver job status",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-	})
+	}
+	kv, err := js.CreateKeyValue(ctx, kcfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.UpdateKeyValue(ctx, kcfg)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobs: bucket %s: %w", s.Bucket(), err)
 	}
