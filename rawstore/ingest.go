@@ -295,7 +295,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []b
 			}
 		}
 	}
-	journal := setNew(b, fresh, in.Relay, seen, queue)
+	journal := setNew(b, fresh, in.Relay, seen)
 	// Copies left out of the queue are found by the key-order scan only:
 	// the mark that says so is durable with the first of them.
 	markUnqueued := !queue && len(fresh) > 0 && !s.unqueued.Load()
@@ -392,8 +392,8 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []b
 		}
 		s.recent.add(ids)
 	}
-	if queue {
-		for _, f := range fresh {
+	for _, f := range fresh {
+		if f.seq != 0 {
 			s.hot.add(f.seq, in.Relay, f.c.Raw)
 		}
 	}
@@ -446,14 +446,14 @@ func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
 	}
 }
 
-// setNew puts the T, H and P keys (unless !queue) of fresh (in queue order) in b, each
-// kind together and in key order: a memtable insert next to the one
+// setNew puts the T and H keys of fresh (in queue order), and the P keys
+// of those queued (seq not 0), in b, each kind together and in key order: a memtable insert next to the one
 // before it starts its skiplist search there, where interleaved random
 // ids searched from the top each time. It returns the journal value of
 // their E keys (journal.go), in id order. It sorts pointers, compared by
 // the ids' first 8 bytes first: sorting the copies themselves cost half
 // as much as the sets.
-func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32, queue bool) []byte {
+func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
 	if len(fresh) == 0 {
 		return nil
 	}
@@ -472,8 +472,8 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32, queue bool) []
 	for _, f := range order {
 		f.setSighting(b, relay)
 	}
-	if queue {
-		for i := range fresh {
+	for i := range fresh {
+		if fresh[i].seq != 0 {
 			_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
 		}
 	}

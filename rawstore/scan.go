@@ -33,7 +33,7 @@ func (s *Store) NeedsScan() bool { return s.unqueued.Load() }
 // backlog a key-order scan will read anyway (`crawl --no-verify`): their
 // queue entries, one of the four keys a new event costs, would be
 // written, flushed and compacted, then dropped by that scan unread
-// (~0.5 µs per event in a 1M crawl; docs/PERFORMANCE.md, session 27).
+// (~0.8 µs per event in a 1M crawl; docs/PERFORMANCE.md, session 27).
 // Alternates are still queued.
 func (s *Store) LeaveUnqueued() { s.noQueue.Store(true) }
 

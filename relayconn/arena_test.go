@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// Each copy holds its bytes until release, whatever the sizes around it:
-// none shares memory with a neighbour (an append to one cannot reach the
-// next), and a chunk released and taken by another page starts empty.
+// Each copy holds its bytes until release, whatever the sizes around it,
+// and none shares memory with the source or a neighbour (an append to one
+// cannot reach the next); release lets go of every chunk.
 func TestArenaCopies(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 3 {
