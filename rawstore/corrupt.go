@@ -69,6 +69,8 @@ func describeKey(k []byte) string {
 		return fmt.Sprintf("%s %x by relay %d at %d", kind, k[1+4+8:], binary.BigEndian.Uint32(k[1:5]), binary.BigEndian.Uint64(k[5:13]))
 	case len(k) >= 1+idLen && (k[0] == prefixEvent || k[0] == prefixAlternate || k[0] == prefixVerdict || k[0] == prefixProven):
 		return kind + " " + hex.EncodeToString(k[1:1+idLen])
+	case len(k) == 14 && k[0] == prefixJournal:
+		return fmt.Sprintf("%s %d of relay %d", kind, binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint32(k[10:]))
 	case len(k) == 9 && (k[0] == prefixPending || k[0] == prefixQuarant || k[0] == prefixJournal):
 		return fmt.Sprintf("%s %d", kind, binary.BigEndian.Uint64(k[1:]))
 	case k[0] == prefixCounter || k[0] == prefixInternal || k[0] == prefixNote:

@@ -143,12 +143,7 @@ func (s *Store) idEntries(since, until uint64, fn func(createdAt uint64, id [32]
 	if err := s.EnsureIDIndex(); err != nil {
 		return err
 	}
-	lo := binary.BigEndian.AppendUint64([]byte{prefixIDs}, since)
-	hi := []byte{prefixIDs + 1}
-	if until < ^uint64(0) {
-		hi = binary.BigEndian.AppendUint64([]byte{prefixIDs}, until+1)
-	}
-	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.indexIter(AnyRelay, since, until)
 	if err != nil {
 		return fmt.Errorf("rawstore: list ids: %w", err)
 	}

@@ -375,7 +375,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []b
 		tail = bodies.end
 		_ = b.Set(segTailKey, tail.encode(), nil)
 	}
-	if err := s.commitJournal(b, journal, "commit batch for relay "+s.RelayURL(in.Relay)); err != nil {
+	if err := s.commitJournal(b, journal, in.Relay, "commit batch for relay "+s.RelayURL(in.Relay)); err != nil {
 		return res, err
 	}
 	s.segs.tail = tail
@@ -446,13 +446,12 @@ func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
 	}
 }
 
-// setNew puts the T and H keys of fresh (in queue order), and the P keys
-// of those queued (seq not 0), in b, each kind together and in key order: a memtable insert next to the one
-// before it starts its skiplist search there, where interleaved random
-// ids searched from the top each time. It returns the journal value of
-// their E keys (journal.go), in id order. It sorts pointers, compared by
-// the ids' first 8 bytes first: sorting the copies themselves cost half
-// as much as the sets.
+// setNew puts the P keys of fresh's queued copies (seq not 0) in b, and
+// returns the journal value of their E, T and H keys (journal.go), in
+// created_at order, then id, untimed copies last: the order of their T
+// keys and of relay's H keys. It sorts pointers, compared by created_at
+// and the ids' first 8 bytes first: sorting the copies themselves cost
+// half as much as the sets.
 func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
 	if len(fresh) == 0 {
 		return nil
@@ -461,23 +460,21 @@ func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
 	for i := range fresh {
 		order[i] = &fresh[i]
 	}
-	slices.SortFunc(order, func(x, y *newCopy) int { return byID(&x.sighting, &y.sighting) })
-	journal := journalValue(order, relay, seen)
-	slices.SortFunc(order, func(x, y *newCopy) int { return byTime(&x.sighting, &y.sighting) })
-	for _, f := range order {
-		if f.tsOK {
-			indexID(b, f.id, f.ts, relay)
+	slices.SortFunc(order, func(x, y *newCopy) int {
+		if x.tsOK != y.tsOK {
+			if x.tsOK {
+				return -1
+			}
+			return 1
 		}
-	}
-	for _, f := range order {
-		f.setSighting(b, relay)
-	}
+		return byTime(&x.sighting, &y.sighting)
+	})
 	for i := range fresh {
 		if fresh[i].seq != 0 {
 			_ = b.Set(seqKey(prefixPending, fresh[i].seq), fresh[i].id[:], nil)
 		}
 	}
-	return journal
+	return journalValue(order, relay, seen)
 }
 
 // setSightings puts the R and H keys of later, byte-identical copies of

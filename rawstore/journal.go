@@ -18,36 +18,62 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 )
 
-// The E keys of new primary copies do not go into the memtable one by
-// one. Their ids are random, so each insert searched the skiplist from
-// far away, and every flush of them spanned the whole E range: in a 1M
-// crawl they were about 2 of the store's 7 µs per event. Instead a batch
-// carries one journal key (J|seq -> the batch's E keys and values, in id
-// order), committed with the cursors like the rest, and the entries stay
-// in memory (pendingE) until a fold writes them, sorted, to one table
-// that Pebble ingests, and deletes the journal keys they came from.
+// The E, T and H keys of new primary copies do not go into the memtable
+// one by one. Their ids are random, so each E insert searched the
+// skiplist from far away, and every flush of them spanned the whole E
+// range: in a 1M crawl they were about 2 of the store's 7 µs per event;
+// the T and H keys (every event's created_at, and the first relay's
+// sighting of it) cost another 2.3 µs in inserts, flushes and WAL bytes.
+// Instead a batch carries one journal key (J|seq|1 -> the batch's ids,
+// E values and created_at), committed with the cursors like the rest,
+// and the entries stay in memory (pendingE) until a fold writes them,
+// sorted, to one table of E keys, one of T keys and one of H keys that
+// Pebble ingests together, and deletes the journal keys they came from.
+// Journal keys from before the T and H keys joined them (J|seq, E
+// entries only) still fold into E: their T and H keys are in Pebble.
 //
-// Crash story: the journal keys are in the batches that the E keys used
-// to be in, so whatever was durable still is. A writable open folds the
-// journal left by a crash before anything reads E; a read-only open
-// keeps it in memory and reads E through an overlay (Store.r). A fold
-// that crashed after the ingest leaves journal keys whose values the
-// table holds already: folding them again writes the same values.
+// Crash story: the journal keys are in the batches that the E, T and H
+// keys used to be in, so whatever was durable still is. A writable open
+// folds the journal left by a crash before anything reads; a read-only
+// open keeps it in memory and reads E through an overlay (Store.r), and
+// T and H as a writable store does, merged (indexIter). A fold that
+// crashed after the ingest leaves journal keys whose values the tables
+// hold already: folding them again writes the same values.
 //
 // The one ordering rule: an ingested table's keys are newer than every
 // key in the memtable, so an E key written directly (a verdict promoting
 // an alternate, a damaged copy replaced) must not be for an id still in
 // the journal, or the next fold would put the old value back over it.
-// Those writers fold first (foldIfPending).
+// Those writers fold first (foldIfPending). T and H keys written directly
+// (an index build, a later relay's sighting) are never those of an entry
+// in the journal: a build walks only folded E and T keys, and a later
+// relay's H key names another relay.
 
 // foldEvery is how many journal entries make a fold: ~7.5 MB of table, a
 // few MB of memory, and at the crawl's speed one fold every second or so.
 const foldEvery = 1 << 17
 
-// journalEntryLen is one entry of a journal value: id, then E value.
-const journalEntryLen = idLen + eventLenV3
+// journalEntryLen is one entry of a journal value: id, E value, then
+// created_at (noTime: none, so no T or H key). journalEntryLenE is one of
+// a journal key from before (format 0): id, then E value.
+const (
+	journalEntryLen  = idLen + eventLenV3 + 8
+	journalEntryLenE = idLen + eventLenV3
+	// journalTimed is the format byte that ends the key of a journal
+	// value with created_at; keys without it hold E entries only.
+	journalTimed = 1
+	noTime       = ^uint64(0)
+)
 
 type pendingEntries = map[[32]byte][eventLenV3]byte
+
+// journalRun is one committed journal value of the current format: its
+// entries' T and H keys (relay's sightings) wait in it for the fold.
+type journalRun struct {
+	relay  uint32
+	lo, hi uint64 // the created_at of its first and last timed entries
+	v      []byte // entries in (created_at, id) order, untimed last
+}
 
 // pendingE holds the E keys committed in journal keys but not yet folded.
 type pendingE struct {
@@ -57,47 +83,78 @@ type pendingE struct {
 	mu sync.RWMutex
 	// m is replaced, not cleared, by a fold: a reader that took it with
 	// its snapshot (pending) keeps seeing what the snapshot cannot.
-	m      pendingEntries
+	m pendingEntries
+	// runs, likewise replaced by a fold, holds the T and H keys of m's
+	// entries: a reader of those keys merges the runs of its iterator's
+	// moment (indexIter).
+	runs   []journalRun
 	seq    uint64 // the last journal key's seq
 	foldAt int    // entries that make a fold (foldEvery; tests lower it)
 	n      int    // folds done (tests)
 }
 
-func journalKey(seq uint64) []byte { return seqKey(prefixJournal, seq) }
+// journalKey is the key of journal value seq, of a batch of relay's: a
+// loader that cannot read the value still knows whose cursors it
+// passed (see loadJournal).
+func journalKey(seq uint64, relay uint32) []byte {
+	return binary.BigEndian.AppendUint32(append(seqKey(prefixJournal, seq), journalTimed), relay)
+}
 
-// journalValue encodes fresh's E keys and values, in id order.
+// journalValue encodes fresh's entries (sorted by created_at, then id).
 func journalValue(order []*newCopy, relay, seen uint32) []byte {
 	v := make([]byte, len(order)*journalEntryLen)
 	for i, f := range order {
 		e := v[i*journalEntryLen:]
 		copy(e, f.id[:])
-		putSegValue(e[idLen:journalEntryLen], relay, seen, f.loc)
+		putSegValue(e[idLen:], relay, seen, f.loc)
+		ts := noTime
+		if f.tsOK {
+			ts = f.ts
+		}
+		binary.BigEndian.PutUint64(e[idLen+eventLenV3:journalEntryLen], ts)
 	}
 	return v
 }
 
-// addJournal adds the entries of a journal value to m.
-func addJournal(m pendingEntries, v []byte) {
-	for e := v; len(e) >= journalEntryLen; e = e[journalEntryLen:] {
-		m[[32]byte(e[:idLen])] = [eventLenV3]byte(e[idLen:journalEntryLen])
+// addJournal adds the entries of a journal value to m, and to runs unless
+// they come from a journal key of format 0 (n is the entry's length).
+func addJournal(m pendingEntries, runs []journalRun, v []byte, n int) []journalRun {
+	for e := v; len(e) >= n; e = e[n:] {
+		m[[32]byte(e[:idLen])] = [eventLenV3]byte(e[idLen : idLen+eventLenV3])
 	}
+	if n != journalEntryLen || len(v) < n || entryTime(v) == noTime {
+		return runs // no T or H key
+	}
+	r := journalRun{relay: binary.BigEndian.Uint32(v[idLen+1:]), lo: entryTime(v), v: v}
+	for i := len(v)/n - 1; i >= 0; i-- {
+		if ts := entryTime(v[i*n:]); ts != noTime {
+			r.hi = ts
+			break
+		}
+	}
+	return append(runs, r)
 }
 
-// commitJournal commits b, which holds journal key seq (0: none) with the
-// entries v, and puts the entries in the pending map once it is
-// committed.
-func (s *Store) commitJournal(b *pebble.Batch, v []byte, what string) error {
+// entryTime is the created_at of the journal entry e starts with.
+func entryTime(e []byte) uint64 {
+	return binary.BigEndian.Uint64(e[idLen+eventLenV3 : journalEntryLen])
+}
+
+// commitJournal commits b, with a journal key holding the entries v of a
+// batch of relay's unless v is nil, and puts the entries in the pending
+// map and runs once it is committed.
+func (s *Store) commitJournal(b *pebble.Batch, v []byte, relay uint32, what string) error {
 	s.pend.mu.Lock()
 	defer s.pend.mu.Unlock()
 	if v != nil {
 		s.pend.seq++
-		_ = b.Set(journalKey(s.pend.seq), v, nil)
+		_ = b.Set(journalKey(s.pend.seq, relay), v, nil)
 	}
 	if err := s.gate(what, b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return err
 	}
 	if v != nil {
-		addJournal(s.pend.m, v)
+		s.pend.runs = addJournal(s.pend.m, s.pend.runs, v, journalEntryLen)
 	}
 	return nil
 }
@@ -180,26 +237,40 @@ func (s *Store) foldLocked() error {
 		return nil
 	}
 	entries := sortedEntries(s.pend.m)
-	path := filepath.Join(s.opts.Dir, "fold.sst.tmp")
-	size := len(entries) * (1 + journalEntryLen)
+	byTime := timeOrder(s.pend.runs)
+	tables := []foldTable{{"fold-e.sst.tmp", func(set setFunc) error { return setEventKeys(set, entries) }}}
+	if len(byTime) > 0 {
+		tables = append(tables,
+			foldTable{"fold-t.sst.tmp", func(set setFunc) error { return setTimeKeys(set, byTime, s.pend.runs) }},
+			foldTable{"fold-h.sst.tmp", func(set setFunc) error { return setSightingKeys(set, byTime, s.pend.runs) }})
+	}
+	var paths []string
+	size := len(entries)*(1+journalEntryLenE) + len(byTime)*(1+8+idLen+4+sightingKeyLen)
 	what := fmt.Sprintf("fold %d event keys", len(entries))
 	err := s.gate(what, size, func() error {
-		if err := s.writeFoldTable(path, entries); err != nil {
-			return err
+		for _, t := range tables {
+			path := filepath.Join(s.opts.Dir, t.name)
+			paths = append(paths, path)
+			if err := s.writeFoldTable(path, t.keys); err != nil {
+				return err
+			}
 		}
 		// The journal keys went to the WAL unsynced (Ingest syncs
 		// after the lock is released). A table is durable once
-		// ingested: its E keys must not be before their batches, whose
+		// ingested: its keys must not be before their batches, whose
 		// cursors and segment tail say where their bodies are.
 		if err := s.db.LogData(nil, pebble.Sync); err != nil {
 			return err
 		}
-		return s.db.Ingest(context.Background(), []string{path})
+		// One ingest: the three tables become visible together.
+		return s.db.Ingest(context.Background(), paths)
 	})
-	// Ingest links the table into the store; the name it was written
-	// under goes either way.
-	if rerr := s.opts.FS.Remove(path); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		err = rerr
+	// Ingest links the tables into the store; the names they were
+	// written under go either way.
+	for _, path := range paths {
+		if rerr := s.opts.FS.Remove(path); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = rerr
+		}
 	}
 	if err != nil {
 		return err
@@ -208,13 +279,23 @@ func (s *Store) foldLocked() error {
 	// again.
 	b := s.db.NewBatch()
 	defer b.Close()
-	_ = b.DeleteRange(journalKey(0), journalKey(s.pend.seq+1), nil)
+	_ = b.DeleteRange(seqKey(prefixJournal, 0), seqKey(prefixJournal, s.pend.seq+1), nil)
 	if err := s.gate("drop folded journal", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return err
 	}
 	s.pend.m = pendingEntries{} // grown as it fills: presized, the garbage of the old one came on top
+	s.pend.runs = nil
 	s.pend.n++
 	return nil
+}
+
+// setFunc adds a key to a table being written, in key order.
+type setFunc func(k, v []byte) error
+
+// foldTable is one table of a fold: its file name and its keys.
+type foldTable struct {
+	name string
+	keys func(set setFunc) error
 }
 
 // foldEntry is one E key and value of a fold, hi its id's first 8 bytes
@@ -264,10 +345,123 @@ func sortedEntries(m pendingEntries) []foldEntry {
 	return entries
 }
 
-// writeFoldTable writes the E keys of entries (sorted) to a table at
+// timed is a journal entry with a created_at: a T and an H key. ord is
+// its place in the journal, so that of two entries for one T key (a
+// damaged copy replaced while both were in the journal) the later wins.
+type timed struct {
+	ts  uint64
+	hi  uint64 // the id's first 8 bytes
+	id  *[32]byte
+	run int32
+	ord int32
+}
+
+func compareTimed(x, y *timed) int {
+	if c := cmp.Compare(x.ts, y.ts); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.hi, y.hi); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(x.id[:], y.id[:]); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.ord, y.ord)
+}
+
+// timeOrder returns the timed entries of runs in T key order, the later
+// of two for one key last. Each run is in that order already: a sort of
+// the whole is as cheap as a merge of its hundreds of runs.
+func timeOrder(runs []journalRun) []timed {
+	n := 0
+	for _, r := range runs {
+		n += len(r.v) / journalEntryLen
+	}
+	out := make([]timed, 0, n)
+	for ri, r := range runs {
+		for e := r.v; len(e) >= journalEntryLen; e = e[journalEntryLen:] {
+			ts := entryTime(e)
+			if ts == noTime {
+				break // untimed entries come last
+			}
+			id := (*[32]byte)(e[:idLen])
+			out = append(out, timed{ts: ts, hi: binary.BigEndian.Uint64(id[:8]), id: id, run: int32(ri), ord: int32(len(out))})
+		}
+	}
+	slices.SortFunc(out, func(x, y timed) int { return compareTimed(&x, &y) })
+	return out
+}
+
+// setEventKeys sets the E keys of entries.
+func setEventKeys(set setFunc, entries []foldEntry) error {
+	var k [1 + idLen]byte
+	k[0] = prefixEvent
+	for i := range entries {
+		copy(k[1:], entries[i].id[:])
+		if err := set(k[:], entries[i].v[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setTimeKeys sets the T keys of byTime, the later of two for one key.
+func setTimeKeys(set setFunc, byTime []timed, runs []journalRun) error {
+	var k [1 + 8 + idLen]byte
+	k[0] = prefixIDs
+	var v [4]byte
+	for i := range byTime {
+		t := &byTime[i]
+		if i+1 < len(byTime) && byTime[i+1].ts == t.ts && *byTime[i+1].id == *t.id {
+			continue
+		}
+		binary.BigEndian.PutUint64(k[1:], t.ts)
+		copy(k[9:], t.id[:])
+		binary.BigEndian.PutUint32(v[:], runs[t.run].relay)
+		if err := set(k[:], v[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setSightingKeys sets the H keys of byTime (in T key order): the first
+// relay's sightings. With one relay the order is the same.
+func setSightingKeys(set setFunc, byTime []timed, runs []journalRun) error {
+	order := byTime
+	relay := func(t *timed) uint32 { return runs[t.run].relay }
+	if slices.ContainsFunc(runs, func(r journalRun) bool { return r.relay != runs[0].relay }) {
+		order = slices.Clone(byTime)
+		slices.SortFunc(order, func(x, y timed) int {
+			if c := cmp.Compare(relay(&x), relay(&y)); c != 0 {
+				return c
+			}
+			return compareTimed(&x, &y)
+		})
+	}
+	var k [sightingKeyLen]byte
+	k[0] = prefixSighting
+	var last [sightingKeyLen]byte
+	for i := range order {
+		t := &order[i]
+		binary.BigEndian.PutUint32(k[1:], relay(t))
+		binary.BigEndian.PutUint64(k[5:], t.ts)
+		copy(k[13:], t.id[:])
+		if i > 0 && k == last {
+			continue
+		}
+		last = k
+		if err := set(k[:], nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFoldTable writes the keys that keys sets (in order) to a table at
 // path, synced, with the store's table format, bloom filter and block
 // size.
-func (s *Store) writeFoldTable(path string, entries []foldEntry) error {
+func (s *Store) writeFoldTable(path string, keys func(set setFunc) error) error {
 	f, err := s.opts.FS.Create(path, "")
 	if err != nil {
 		return err
@@ -279,60 +473,82 @@ func (s *Store) writeFoldTable(path string, entries []foldEntry) error {
 		FilterType:   pebble.TableFilter,
 		MergerName:   counterMerger.Name,
 	})
-	var k [1 + idLen]byte
-	k[0] = prefixEvent
-	for i := range entries {
-		copy(k[1:], entries[i].id[:])
-		if err := w.Set(k[:], entries[i].v[:]); err != nil {
-			_ = w.Close()
-			return err
-		}
+	if err := keys(func(k, v []byte) error { return w.Set(k, v) }); err != nil {
+		_ = w.Close()
+		return err
 	}
 	return w.Close() // syncs and closes f
 }
 
-// loadJournal reads the journal keys a crash left into the pending map.
-// A damaged one is noted and left out: its events' bodies are in the log
-// and their T and H keys list them, so a read-back finds them missing
-// (errIndexedMissing) and the crawl fetches them again.
-func (s *Store) loadJournal() error {
+// loadJournal reads the journal keys a crash left into the pending map
+// and runs. A damaged one is noted and left out. Of format 0 its events'
+// bodies are in the log and their T and H keys list them, so a read-back
+// finds them missing (errIndexedMissing) and the crawl fetches them
+// again. Otherwise the index keys are lost with it while its batch's
+// shard cursors say the range was fetched: it returns the relays of such
+// keys, whose cursors then go (openJournal).
+func (s *Store) loadJournal() (lost []uint32, err error) {
 	s.pend.m = pendingEntries{}
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixJournal}, UpperBound: []byte{prefixJournal + 1}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
-		if len(k) != 9 {
-			s.noteDamage(corrupt(k, errors.New("journal key of the wrong length")))
+		n := 0
+		switch {
+		case len(k) == 9:
+			n = journalEntryLenE
+		case len(k) == 14 && k[9] == journalTimed:
+			n = journalEntryLen
+		default:
+			s.noteDamage(corrupt(k, errors.New("journal key of an unknown form")))
 			continue
 		}
-		s.pend.seq = binary.BigEndian.Uint64(k[1:])
+		s.pend.seq = binary.BigEndian.Uint64(k[1:9])
 		v, err := it.ValueAndErr()
-		if err == nil && len(v)%journalEntryLen != 0 {
+		if err == nil && len(v)%n != 0 {
 			err = fmt.Errorf("journal value of %d bytes", len(v))
 		}
 		if err != nil {
 			s.noteDamage(corrupt(k, err))
+			if n == journalEntryLen {
+				lost = append(lost, binary.BigEndian.Uint32(k[10:]))
+			}
 			continue
 		}
-		addJournal(s.pend.m, v)
+		s.pend.runs = addJournal(s.pend.m, s.pend.runs, slices.Clone(v), n)
 	}
-	return it.Error()
+	return lost, it.Error()
 }
 
-// openJournal loads the journal a crash left. A writable store folds it
-// before anything reads E; a read-only one reads E through an overlay
-// that holds it.
+// openJournal loads the journal a crash left. A writable store drops the
+// shard cursors of the relays whose journal keys it could not read (their
+// crawls page again: what the archive holds is deduplicated), then folds
+// the journal before anything reads E; a read-only one reads E through an
+// overlay that holds it, and T and H through the runs.
 func (s *Store) openJournal() error {
-	if err := s.loadJournal(); err != nil {
+	lost, err := s.loadJournal()
+	if err != nil {
 		return fmt.Errorf("read event key journal: %w", err)
 	}
-	if len(s.pend.m) == 0 {
+	if len(s.pend.m) == 0 && len(lost) == 0 {
 		return nil
 	}
 	if !s.opts.ReadOnly {
+		if len(lost) > 0 {
+			b := s.db.NewBatch()
+			for _, relay := range lost {
+				p := shardKey(relay, "")
+				_ = b.DeleteRange(p, prefixEnd(p), nil)
+			}
+			err := b.Commit(pebble.Sync)
+			b.Close()
+			if err != nil {
+				return fmt.Errorf("drop the cursors of damaged journal keys: %w", err)
+			}
+		}
 		if err := s.fold(); err != nil {
 			return fmt.Errorf("fold event key journal: %w", err)
 		}

@@ -107,8 +107,7 @@ func (s *Store) ReadBack(ctx context.Context, relay uint32, since, until uint64,
 // walkSightings calls fn with the (created_at, id) of each of relay's H
 // keys with since <= created_at <= until, in that order.
 func (s *Store) walkSightings(relay uint32, since, until uint64, fn func(createdAt uint64, id [32]byte) error) error {
-	lo, hi := sightingBounds(relay, since, until)
-	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.indexIter(relay, since, until)
 	if err != nil {
 		return err
 	}
@@ -125,7 +124,7 @@ func (s *Store) walkSightings(relay uint32, since, until uint64, fn func(created
 		}
 	}
 	if err := it.Error(); err != nil {
-		at := lo
+		at, _ := sightingBounds(relay, since, until)
 		if last != nil {
 			at = last
 		}

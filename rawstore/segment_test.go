@@ -311,25 +311,31 @@ func TestLookupReadsRuns(t *testing.T) {
 	}
 	// Garble one body in the middle of the log.
 	victim := id(n / 2)
-	v, err := s.get(eventKey(&victim))
-	if err != nil || v[0] != eventV3 {
-		t.Fatalf("E value of the victim: %x, %v", v, err)
-	}
-	loc := segLocOf(v)
-	f, err := os.OpenFile(segName(filepath.Join(dir, segDirName), loc.seg), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("garbage"), int64(loc.off)+segRecHeader+10); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	garbleBody(t, s, victim)
 	res := mustIngest(t, s, batch())
 	if res.Repaired != 1 || res.Duplicates != n-1 || res.New != 0 {
 		t.Fatalf("second ingest: %+v; want 1 repaired, %d duplicates", res, n-1)
 	}
 	if got, err := s.segs.read(eventKey(&victim), segLocOf(mustGet(t, s, eventKey(&victim)))); err != nil || !bytes.Equal(got, segRaw(n/2)) {
 		t.Fatalf("the repaired copy reads %q, %v", got, err)
+	}
+}
+
+// garbleBody overwrites a few bytes of the stored body of id.
+func garbleBody(t *testing.T, s *Store, id [32]byte) {
+	t.Helper()
+	v, err := s.get(eventKey(&id))
+	if err != nil || len(v) == 0 || v[0] != eventV3 {
+		t.Fatalf("E value of %x: %x, %v", id[:4], v, err)
+	}
+	loc := segLocOf(v)
+	f, err := os.OpenFile(segName(filepath.Join(s.opts.Dir, segDirName), loc.seg), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("garbage"), int64(loc.off)+segRecHeader+10); err != nil {
+		t.Fatal(err)
 	}
 }
 

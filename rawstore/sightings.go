@@ -19,8 +19,8 @@ import (
 // [0, now] of a small relay: before, a walk over every archived event of
 // the range, 47% of the daemon's CPU sweeping 3,000 relays of a
 // 2,000-event archive; docs/SCHEDULER.md). Ingest writes the key of each
-// sighting in the batch of the E/T key (first) or the R key (later) it
-// stands beside; the created_at is the primary copy's, the T key's, so
+// sighting with the E/T keys (first: in the journal, journal.go) or in
+// the batch of the R key (later) it stands beside; the created_at is the primary copy's, the T key's, so
 // that the index counts exactly what the T/R walk counts. Values are
 // empty.
 const prefixSighting = 'H' // H|relay (uint32 BE)|created_at (uint64 BE)|id
@@ -209,8 +209,7 @@ func (s *Store) BuildSightingIndex(ctx context.Context, progress func(n int64)) 
 // countSightings is CountServed over the sighting index: the relay's H
 // keys in the range, each event's body read only for match.
 func (s *Store) countSightings(relay uint32, since, until uint64, match func(raw []byte) bool) (int64, error) {
-	lo, hi := sightingBounds(relay, since, until)
-	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.indexIter(relay, since, until)
 	if err != nil {
 		return 0, err
 	}
@@ -269,6 +268,11 @@ func (s *Store) keepDamagedSource(b *pebble.Batch, relay uint32, c *Copy) error 
 		return nil
 	}
 	v, err := s.get(idsKey(ts, &c.ID))
+	if pv, ok := s.pendingValue(&c.ID); ok {
+		// Still in the journal, its T key too: the E value, intact,
+		// names the first relay.
+		v, err = pv[1:5], nil
+	}
 	if err != nil {
 		if s.noteDamage(err) {
 			return nil

@@ -22,6 +22,7 @@ type sightingModel struct {
 	ts      map[[32]byte]uint64
 	primary map[[32]byte][]byte
 	served  map[[32]byte]map[uint32]bool
+	first   map[[32]byte]uint32 // the relay that served it first
 	relays  []uint32
 	times   []uint64 // every created_at used, for ranges at the edges
 }
@@ -43,7 +44,7 @@ func (m *sightingModel) count(relay uint32, since, until uint64, match func([]by
 func fillSightings(t *testing.T, s *Store, seed uint64, n int) *sightingModel {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
-	m := &sightingModel{ts: map[[32]byte]uint64{}, primary: map[[32]byte][]byte{}, served: map[[32]byte]map[uint32]bool{}}
+	m := &sightingModel{ts: map[[32]byte]uint64{}, primary: map[[32]byte][]byte{}, served: map[[32]byte]map[uint32]bool{}, first: map[[32]byte]uint32{}}
 	for r := range 5 {
 		idx, err := s.RelayIndex(fmt.Sprintf("wss://relay%d.example", r))
 		if err != nil {
@@ -81,6 +82,7 @@ func fillSightings(t *testing.T, s *Store, seed uint64, n int) *sightingModel {
 			if _, ok := m.primary[c.ID]; !ok {
 				m.primary[c.ID] = c.Raw
 				m.served[c.ID] = map[uint32]bool{}
+				m.first[c.ID] = relay
 				ts, _ := copyTime(&c)
 				m.ts[c.ID] = ts
 			}
@@ -145,21 +147,74 @@ func checkCounts(t *testing.T, s *Store, m *sightingModel, when string) {
 }
 
 // With and without the sighting index, CountServed gives the model's
-// counts on randomized archives; a new store uses the index.
+// counts on randomized archives, and IDsInRange its ids, wherever the
+// first relay's T and H keys are: all in the journal, some folded, all
+// folded. A new store uses the index.
 func TestCountServedIndexMatchesScan(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(3) {
-		s := openTest(t)
-		if !s.SightingIndexReady() {
-			t.Fatal("a new store's sighting index is not marked complete")
-		}
-		m := fillSightings(t, s, seed, 400)
-		checkCounts(t, s, m, fmt.Sprintf("seed %d", seed))
-		for _, relay := range m.relays {
-			got, err := s.CountServed(relay, 0, math.MaxUint64, nil)
-			if want := m.count(relay, 0, math.MaxUint64, nil); err != nil || got != want {
-				t.Errorf("CountServed(%d): %d, %v; want %d", relay, got, err, want)
+		for _, tc := range []struct {
+			name   string
+			foldAt int
+			fold   bool // fold once filled
+		}{{"in the journal", foldEvery, false}, {"partly folded", 50, false}, {"folded", foldEvery, true}} {
+			s := openTest(t)
+			if !s.SightingIndexReady() {
+				t.Fatal("a new store's sighting index is not marked complete")
 			}
+			s.pend.foldAt = tc.foldAt
+			m := fillSightings(t, s, seed, 400)
+			if tc.fold {
+				if err := s.fold(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if folded, pending := s.pend.n > 0, s.pendingCount() > 0; folded != (tc.fold || tc.foldAt < foldEvery) || pending == tc.fold {
+				t.Fatalf("%s: %d folds, %d entries pending", tc.name, s.pend.n, s.pendingCount())
+			}
+			when := fmt.Sprintf("seed %d, %s", seed, tc.name)
+			checkCounts(t, s, m, when)
+			checkIDs(t, s, m, when)
+			for _, relay := range m.relays {
+				got, err := s.CountServed(relay, 0, math.MaxUint64, nil)
+				if want := m.count(relay, 0, math.MaxUint64, nil); err != nil || got != want {
+					t.Errorf("%s: CountServed(%d): %d, %v; want %d", when, relay, got, err, want)
+				}
+			}
+		}
+	}
+}
+
+// checkIDs compares the T keys of m's ranges with the model: each id
+// once, in (created_at, id) order, its value the first relay.
+func checkIDs(t *testing.T, s *Store, m *sightingModel, when string) {
+	t.Helper()
+	for _, r := range m.ranges(rand.New(rand.NewPCG(8, 8))) {
+		var last []byte
+		n := 0
+		err := s.idEntries(r[0], r[1], func(ts uint64, id [32]byte, v []byte) error {
+			k := idsKey(ts, &id)
+			if bytes.Compare(k, last) <= 0 {
+				return fmt.Errorf("%x after %x", k, last)
+			}
+			last = k
+			if want, ok := m.ts[id]; !ok || want != ts || ts < r[0] || ts > r[1] {
+				return fmt.Errorf("%x at %d: stored at %d (%v)", id[:4], ts, want, ok)
+			}
+			if len(v) != 4 || binary.BigEndian.Uint32(v) != m.first[id] {
+				return fmt.Errorf("%x: T value %x, first relay %d", id[:4], v, m.first[id])
+			}
+			n++
+			return nil
+		})
+		want := 0
+		for _, ts := range m.ts {
+			if ts >= r[0] && ts <= r[1] {
+				want++
+			}
+		}
+		if err != nil || n != want {
+			t.Errorf("%s: ids in [%d, %d]: %d, %v; want %d", when, r[0], r[1], n, err, want)
 		}
 	}
 }
@@ -260,6 +315,9 @@ func reopenAt(t *testing.T, s *Store, dir string) *Store {
 
 func hKeys(t *testing.T, s *Store) []string {
 	t.Helper()
+	if err := s.fold(); err != nil { // the first relay's H keys wait in the journal
+		t.Fatal(err)
+	}
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixSighting}, UpperBound: []byte{prefixSighting + 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -325,34 +383,53 @@ func TestCountServedCostFollowsRelay(t *testing.T) {
 
 // A damaged primary replaced by another relay's copy keeps the relay
 // that served it first (the T key names it) as a later sighting: the
-// index and the scan both still count it, and Sources lists it.
+// index and the scan both still count it, and Sources lists it; so
+// whether its keys were folded or were still in the journal (then its
+// T key is there twice, and the fold keeps the later).
 func TestRepairKeepsFirstSource(t *testing.T) {
-	s := openTest(t)
-	a, _ := s.RelayIndex("wss://a")
-	b, _ := s.RelayIndex("wss://b")
-	ev := id(1)
-	c := Copy{ID: ev, Raw: fmt.Appendf(nil, `{"id":"%s","created_at":1234,"kind":1}`, hex.EncodeToString(ev[:]))}
-	mustIngest(t, s, &Batch{Relay: a, Events: []Copy{c}})
-	// Damage the body: a version byte no header has (in E: out of the
-	// journal first).
-	if err := s.fold(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Set(eventKey(&ev), []byte{0, 0, 0, 0, 0, 'x'}, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if res := mustIngest(t, s, &Batch{Relay: b, Events: []Copy{c}}); res.Repaired != 1 {
-		t.Fatalf("re-ingest: %+v, want 1 repaired", res)
-	}
-	src, err := s.Sources(ev)
-	if err != nil || !slices.Equal(src, []uint32{b, a}) {
-		t.Errorf("sources after repair: %v, %v; want [%d %d]", src, err, b, a)
-	}
-	for _, relay := range []uint32{a, b} {
-		idx, err1 := s.countSightings(relay, 1234, 1234, nil)
-		scan, err2 := s.countServedScan(relay, 1234, 1234, nil)
-		if idx != 1 || scan != 1 || err1 != nil || err2 != nil {
-			t.Errorf("relay %d after repair: index %d (%v), scan %d (%v); want 1", relay, idx, err1, scan, err2)
+	for _, folded := range []bool{true, false} {
+		s := openTest(t)
+		a, _ := s.RelayIndex("wss://a")
+		b, _ := s.RelayIndex("wss://b")
+		ev := id(1)
+		c := Copy{ID: ev, Raw: fmt.Appendf(nil, `{"id":"%s","created_at":1234,"kind":1}`, hex.EncodeToString(ev[:]))}
+		mustIngest(t, s, &Batch{Relay: a, Events: []Copy{c}})
+		if folded {
+			// Damage the E value: a version byte no header has (in
+			// E: out of the journal first).
+			if err := s.fold(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.db.Set(eventKey(&ev), []byte{0, 0, 0, 0, 0, 'x'}, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			garbleBody(t, s, ev)
+		}
+		if res := mustIngest(t, s, &Batch{Relay: b, Events: []Copy{c}}); res.Repaired != 1 {
+			t.Fatalf("folded %v: re-ingest: %+v, want 1 repaired", folded, res)
+		}
+		for _, when := range []string{"after the repair", "folded after"} {
+			if when == "folded after" {
+				if err := s.fold(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src, err := s.Sources(ev)
+			if err != nil || !slices.Equal(src, []uint32{b, a}) {
+				t.Errorf("folded %v, %s: sources %v, %v; want [%d %d]", folded, when, src, err, b, a)
+			}
+			for _, relay := range []uint32{a, b} {
+				idx, err1 := s.countSightings(relay, 1234, 1234, nil)
+				scan, err2 := s.countServedScan(relay, 1234, 1234, nil)
+				if idx != 1 || scan != 1 || err1 != nil || err2 != nil {
+					t.Errorf("folded %v, %s: relay %d: index %d (%v), scan %d (%v); want 1", folded, when, relay, idx, err1, scan, err2)
+				}
+			}
+			listed := 0
+			if err := s.IDsInRange(0, math.MaxUint64, func(uint64, [32]byte) error { listed++; return nil }); err != nil || listed != 1 {
+				t.Errorf("folded %v, %s: %d T keys, %v; want 1", folded, when, listed, err)
+			}
 		}
 	}
 }
