@@ -345,15 +345,15 @@ func sortedEntries(m pendingEntries) []foldEntry {
 	return entries
 }
 
-// timed is a journal entry with a created_at: a T and an H key. ord is
-// its place in the journal, so that of two entries for one T key (a
-// damaged copy replaced while both were in the journal) the later wins.
+// timed is a journal entry with a created_at: a T and an H key. run is
+// its run's place in the journal: of two entries for one T key (a
+// damaged copy replaced while both were in the journal), always of two
+// runs, the later wins.
 type timed struct {
 	ts  uint64
 	hi  uint64 // the id's first 8 bytes
 	id  *[32]byte
 	run int32
-	ord int32
 }
 
 func compareTimed(x, y *timed) int {
@@ -366,26 +366,36 @@ func compareTimed(x, y *timed) int {
 	if c := bytes.Compare(x.id[:], y.id[:]); c != 0 {
 		return c
 	}
-	return cmp.Compare(x.ord, y.ord)
+	return cmp.Compare(x.run, y.run)
 }
 
 // timeOrder returns the timed entries of runs in T key order, the later
-// of two for one key last. Each run is in that order already: a sort of
-// the whole is as cheap as a merge of its hundreds of runs.
+// of two for one key last.
 func timeOrder(runs []journalRun) []timed {
 	n := 0
 	for _, r := range runs {
 		n += len(r.v) / journalEntryLen
 	}
+	// Each run is in that order already. Placed by their first
+	// created_at, the runs come nearly sorted (a crawl's shards page
+	// disjoint ranges, page after page), which the sort then only mends:
+	// 30 -> 13 ms for 128Ki entries of a 4-shard crawl's pages
+	// (BenchmarkTimeOrder).
+	byLo := make([]int32, len(runs))
+	for i := range byLo {
+		byLo[i] = int32(i)
+	}
+	slices.SortStableFunc(byLo, func(x, y int32) int { return cmp.Compare(runs[x].lo, runs[y].lo) })
 	out := make([]timed, 0, n)
-	for ri, r := range runs {
+	for _, ri := range byLo {
+		r := runs[ri]
 		for e := r.v; len(e) >= journalEntryLen; e = e[journalEntryLen:] {
 			ts := entryTime(e)
 			if ts == noTime {
 				break // untimed entries come last
 			}
 			id := (*[32]byte)(e[:idLen])
-			out = append(out, timed{ts: ts, hi: binary.BigEndian.Uint64(id[:8]), id: id, run: int32(ri), ord: int32(len(out))})
+			out = append(out, timed{ts: ts, hi: binary.BigEndian.Uint64(id[:8]), id: id, run: ri})
 		}
 	}
 	slices.SortFunc(out, func(x, y timed) int { return compareTimed(&x, &y) })
