@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // runOf is a journal run of relay's entries (id n at created_at ts, or
@@ -165,20 +164,10 @@ func journalEntries(t *testing.T, s *Store) (keys, vals [][]byte) {
 // looked up, listed and read back.
 func TestJournalFormat0(t *testing.T) {
 	t.Parallel()
-	fs := vfs.NewCrashableMem()
-	s, err := Open(Options{Dir: "db", FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, fs := openCrashable(t)
 	relay, _ := s.RelayIndex("wss://a")
 	const n = 120
-	for b := 0; b < n; b += 40 {
-		var evs []Copy
-		for i := b; i < b+40; i++ {
-			evs = append(evs, Copy{ID: id(i), Raw: timedRaw(i)})
-		}
-		mustIngest(t, s, &Batch{Relay: relay, Events: evs})
-	}
+	ingestTimed(t, s, relay, n, 40)
 	// Rewrite each journal key as the old format would have written it.
 	keys, vals := journalEntries(t, s)
 	if len(keys) != 3 {
@@ -199,10 +188,7 @@ func TestJournalFormat0(t *testing.T) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	clone := crash(t, s, fs)
 	for _, ro := range []bool{true, false} {
 		s, err := Open(Options{Dir: "db", FS: clone, ReadOnly: ro})
 		if err != nil {
@@ -216,14 +202,8 @@ func TestJournalFormat0(t *testing.T) {
 		if err := s.IDsInRange(0, math.MaxUint64, func(uint64, [32]byte) error { listed++; return nil }); err != nil || listed != n {
 			t.Fatalf("%s: %d listed, %v; want %d", what, listed, err, n)
 		}
-		back := 0
-		if err := s.ReadBack(t.Context(), relay, 0, math.MaxUint64, func(_ uint64, _ [32]byte, ok bool) error {
-			if ok {
-				back++
-			}
-			return nil
-		}); err != nil || back != n {
-			t.Fatalf("%s: %d read back, %v; want %d", what, back, err, n)
+		if back := readBackIntact(t, s, relay); back != n {
+			t.Fatalf("%s: %d read back; want %d", what, back, n)
 		}
 		for i := range n {
 			if h, err := s.Lookup(id(i)); err != nil || !bytes.Equal(h.Primary, timedRaw(i)) {
@@ -242,11 +222,7 @@ func TestJournalFormat0(t *testing.T) {
 // crawl pages the range again, and keeps every other relay's.
 func TestDamagedJournalDropsCursors(t *testing.T) {
 	t.Parallel()
-	fs := vfs.NewCrashableMem()
-	s, err := Open(Options{Dir: "db", FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, fs := openCrashable(t)
 	a, _ := s.RelayIndex("wss://a")
 	b, _ := s.RelayIndex("wss://b")
 	for r, relay := range []uint32{a, b} {
@@ -263,11 +239,8 @@ func TestDamagedJournalDropsCursors(t *testing.T) {
 	if err := s.db.Set(keys[0], []byte("torn"), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(Options{Dir: "db", FS: clone})
+	clone := crash(t, s, fs)
+	s, err := Open(Options{Dir: "db", FS: clone})
 	if err != nil {
 		t.Fatal(err)
 	}

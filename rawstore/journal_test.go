@@ -35,37 +35,73 @@ func journalKeys(t *testing.T, s *Store) int {
 	return n
 }
 
+// ingestTimed ingests timedRaw(0..n-1) from relay, per to a batch.
+func ingestTimed(t *testing.T, s *Store, relay uint32, n, per int) {
+	t.Helper()
+	for b := 0; b < n; b += per {
+		var evs []Copy
+		for i := b; i < min(b+per, n); i++ {
+			evs = append(evs, Copy{ID: id(i), Raw: timedRaw(i)})
+		}
+		mustIngest(t, s, &Batch{Relay: relay, Events: evs})
+	}
+}
+
+// openCrashable opens a store in a file system that can be crash-cloned.
+func openCrashable(t *testing.T) (*Store, *vfs.MemFS) {
+	t.Helper()
+	fs := vfs.NewCrashableMem()
+	s, err := Open(Options{Dir: "db", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, fs
+}
+
+// crash returns what a crash of s would leave of fs (what was synced),
+// and closes s.
+func crash(t *testing.T, s *Store, fs *vfs.MemFS) *vfs.MemFS {
+	t.Helper()
+	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return clone
+}
+
+// readBackIntact counts the copies of relay that ReadBack reads intact.
+func readBackIntact(t *testing.T, s *Store, relay uint32) int {
+	t.Helper()
+	n := 0
+	if err := s.ReadBack(t.Context(), relay, 0, ^uint64(0), func(_ uint64, _ [32]byte, ok bool) error {
+		if ok {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // A crash with E keys still in the journal: a read-only open reads them
 // (lookups, check's walk of E, the crawl's read-back) without writing, a
 // writable open folds them into a table and leaves no journal key, and
 // both read every event back byte for byte.
 func TestJournalAfterCrash(t *testing.T) {
 	t.Parallel()
-	fs := vfs.NewCrashableMem()
-	s, err := Open(Options{Dir: "db", FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, fs := openCrashable(t)
 	relay, err := s.RelayIndex("wss://a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.pend.foldAt = 250 // one fold on the way; the last batches stay in the journal
 	const n = 600
-	for b := 0; b < n; b += 100 {
-		var evs []Copy
-		for i := b; i < b+100; i++ {
-			evs = append(evs, Copy{ID: id(i), Raw: timedRaw(i)})
-		}
-		mustIngest(t, s, &Batch{Relay: relay, Events: evs})
-	}
+	ingestTimed(t, s, relay, n, 100)
 	if s.pend.n != 1 || s.pendingCount() != 300 || journalKeys(t, s) != 3 {
 		t.Fatalf("before the crash: %d folds, %d entries pending in %d journal keys; want 1, 300, 3", s.pend.n, s.pendingCount(), journalKeys(t, s))
 	}
-	clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	clone := crash(t, s, fs)
 
 	readAll := func(s *Store, what string) {
 		t.Helper()
@@ -79,14 +115,8 @@ func TestJournalAfterCrash(t *testing.T) {
 		if err != nil || rep.Events != n || rep.Damaged != 0 {
 			t.Fatalf("%s: check: %+v, %v; want %d events, no damage", what, rep, err, n)
 		}
-		back := 0
-		if err := s.ReadBack(t.Context(), relay, 0, ^uint64(0), func(_ uint64, _ [32]byte, ok bool) error {
-			if ok {
-				back++
-			}
-			return nil
-		}); err != nil || back != n {
-			t.Fatalf("%s: read back %d, %v; want %d", what, back, err, n)
+		if back := readBackIntact(t, s, relay); back != n {
+			t.Fatalf("%s: read back %d; want %d", what, back, n)
 		}
 	}
 	ro, err := Open(Options{Dir: "db", FS: clone, ReadOnly: true})
