@@ -238,35 +238,32 @@ func (s *Store) foldLocked() error {
 	if len(s.pend.m) == 0 {
 		return nil
 	}
-	// The tables are written one after the other, each order made just
-	// before its table and dropped after it: the E entries and the T
-	// order together were ~12 MB more at the fold's peak.
 	runs := s.pend.runs
-	tables := []foldTable{{"fold-e.sst.tmp", func(set setFunc) error { return setEventKeys(set, sortedEntries(s.pend.m)) }}}
 	timedMax := 0 // timed entries, at most
 	for _, r := range runs {
 		timedMax += len(r.v) / journalEntryLen
 	}
-	if timedMax > 0 {
-		var byTime []timed
-		tables = append(tables,
-			foldTable{"fold-t.sst.tmp", func(set setFunc) error {
-				byTime = timeOrder(runs)
-				return setTimeKeys(set, byTime, runs)
-			}},
-			foldTable{"fold-h.sst.tmp", func(set setFunc) error {
-				defer func() { byTime = nil }()
-				return setSightingKeys(set, byTime, runs)
-			}})
-	}
 	var paths []string
+	write := func(name string, keys func(set setFunc) error) error {
+		path := filepath.Join(s.opts.Dir, name)
+		paths = append(paths, path)
+		return s.writeFoldTable(path, keys)
+	}
 	size := len(s.pend.m)*(1+journalEntryLenE) + timedMax*(1+8+idLen+4+sightingKeyLen)
 	what := fmt.Sprintf("fold %d event keys", len(s.pend.m))
 	err := s.gate(what, size, func() error {
-		for _, t := range tables {
-			path := filepath.Join(s.opts.Dir, t.name)
-			paths = append(paths, path)
-			if err := s.writeFoldTable(path, t.keys); err != nil {
+		// One table after the other, each order made just before its
+		// table: the E entries and the T order together were ~12 MB
+		// more at the fold's peak.
+		if err := write("fold-e.sst.tmp", func(set setFunc) error { return setEventKeys(set, sortedEntries(s.pend.m)) }); err != nil {
+			return err
+		}
+		if timedMax > 0 {
+			byTime := timeOrder(runs)
+			if err := write("fold-t.sst.tmp", func(set setFunc) error { return setTimeKeys(set, byTime, runs) }); err != nil {
+				return err
+			}
+			if err := write("fold-h.sst.tmp", func(set setFunc) error { return setSightingKeys(set, byTime, runs) }); err != nil {
 				return err
 			}
 		}
@@ -306,12 +303,6 @@ func (s *Store) foldLocked() error {
 
 // setFunc adds a key to a table being written, in key order.
 type setFunc func(k, v []byte) error
-
-// foldTable is one table of a fold: its file name and its keys.
-type foldTable struct {
-	name string
-	keys func(set setFunc) error
-}
 
 // foldEntry is one E key and value of a fold, hi its id's first 8 bytes
 // for sorting.

@@ -20,9 +20,9 @@ import (
 // the range, 47% of the daemon's CPU sweeping 3,000 relays of a
 // 2,000-event archive; docs/SCHEDULER.md). Ingest writes the key of each
 // sighting with the E/T keys (first: in the journal, journal.go) or in
-// the batch of the R key (later) it stands beside; the created_at is the primary copy's, the T key's, so
-// that the index counts exactly what the T/R walk counts. Values are
-// empty.
+// the batch of the R key (later) it stands beside; the created_at is the
+// primary copy's, the T key's, so that the index counts exactly what the
+// T/R walk counts. Values are empty.
 const prefixSighting = 'H' // H|relay (uint32 BE)|created_at (uint64 BE)|id
 
 const sightingKeyLen = 1 + 4 + 8 + idLen
@@ -267,11 +267,14 @@ func (s *Store) keepDamagedSource(b *pebble.Batch, relay uint32, c *Copy) error 
 	if !ok {
 		return nil
 	}
-	v, err := s.get(idsKey(ts, &c.ID))
-	if pv, ok := s.pendingValue(&c.ID); ok {
-		// Still in the journal, its T key too: the E value, intact,
-		// names the first relay.
-		v, err = pv[1:5], nil
+	// Still in the journal, its T key is too: the E value there, intact,
+	// names the first relay.
+	v, ok := s.pendingValue(&c.ID)
+	var err error
+	if ok {
+		v = v[1:5]
+	} else {
+		v, err = s.get(idsKey(ts, &c.ID))
 	}
 	if err != nil {
 		if s.noteDamage(err) {
