@@ -112,7 +112,7 @@ func New(opts Options) (*Daemon, error) {
 	d.auth.Store(auth)
 	d.reg.MustRegister(collectors.NewGoCollector())
 	d.metrics = newMetrics(d.reg)
-	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, HotBytes: 16 << 20, EventListener: &pebble.EventListener{
+	store, err := rawstore.Open(rawstore.Options{Dir: cfg.DataDir, Logger: d.log, HotBytes: rawstore.VerifyHotBytes, EventListener: &pebble.EventListener{
 		WriteStallBegin: func(pebble.WriteStallBeginInfo) { d.metrics.writeStalls.Inc() },
 		DiskSlow:        func(pebble.DiskSlowInfo) { d.metrics.diskSlow.Inc() },
 		BackgroundError: func(err error) { d.log.Error("pebble background error", zap.Error(err)) },

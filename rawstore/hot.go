@@ -31,21 +31,23 @@ func (h *hotCopies) add(seq uint64, relay uint32, raw []byte) {
 	if h.budget <= 0 || len(raw) > h.budget {
 		return
 	}
+	// A copy of its own: Ingest keeps nothing of its batch (the crawl
+	// reuses a page's memory once it is stored). Its capacity, the size
+	// class the allocator rounded it to, is what it costs.
+	c := hotCopy{relay, bytes.Clone(raw)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for h.size+len(raw) > h.budget && len(h.order) > 0 {
+	for h.size+cap(c.raw) > h.budget && len(h.order) > 0 {
 		old := h.order[0]
 		h.order = h.order[1:]
-		if c, ok := h.byseq[old]; ok {
-			h.size -= len(c.raw)
+		if o, ok := h.byseq[old]; ok {
+			h.size -= cap(o.raw)
 			delete(h.byseq, old)
 		}
 	}
-	// A copy of its own: Ingest keeps nothing of its batch (the crawl
-	// reuses a page's memory once it is stored).
-	h.byseq[seq] = hotCopy{relay, bytes.Clone(raw)}
+	h.byseq[seq] = c
 	h.order = append(h.order, seq)
-	h.size += len(raw)
+	h.size += cap(c.raw)
 }
 
 // take returns and forgets the copy queued under seq.
@@ -55,7 +57,7 @@ func (h *hotCopies) take(seq uint64) (hotCopy, bool) {
 	c, ok := h.byseq[seq]
 	if ok {
 		delete(h.byseq, seq)
-		h.size -= len(c.raw)
+		h.size -= cap(c.raw)
 	}
 	// The FIFO keeps taken seqs until they reach its head; compact it when
 	// it is mostly stale so it stays bounded too.

@@ -6,9 +6,18 @@ func TestHotCopiesBounded(t *testing.T) {
 	h := newHotCopies(1000)
 	for seq := uint64(1); seq <= 100; seq++ {
 		h.add(seq, 7, make([]byte, 100))
-		if h.size > 1000 {
-			t.Fatalf("size %d over the budget after %d adds", h.size, seq)
+		// The budget bounds what the copies take from the allocator
+		// (their size class), not only their length.
+		held := 0
+		for _, c := range h.byseq {
+			held += cap(c.raw)
 		}
+		if held != h.size || held > 1000 {
+			t.Fatalf("after %d adds: copies hold %d bytes, size says %d, budget 1000", seq, held, h.size)
+		}
+	}
+	if n := len(h.byseq); n*100 > 1000 || n*112 < 1000-112 {
+		t.Fatalf("%d copies of 100 bytes (112 allocated) kept in a budget of 1000", n)
 	}
 	if _, ok := h.take(1); ok {
 		t.Fatal("the oldest copy survived eviction")

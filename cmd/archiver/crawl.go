@@ -98,7 +98,7 @@ func runCrawl(args []string) int {
 	ctx, stop := signalContext()
 	defer stop()
 	if !*noVerify {
-		c.hotBytes = hotBytes
+		c.hotBytes = rawstore.VerifyHotBytes
 	}
 	store, err := c.openStore(log)
 	if err != nil {
@@ -253,10 +253,6 @@ func hint(r crawl.Result) string {
 	}
 	return "check the address; the relay may be down, or try wss:// instead of ws:// (or the reverse)"
 }
-
-// hotBytes is how much of what was just stored the verify pool may take
-// from memory instead of reading it back, when it runs alongside ingest.
-const hotBytes = 16 << 20
 
 func parseKinds(s string) ([]int, error) {
 	if s == "" {

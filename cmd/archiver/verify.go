@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"runtime/debug"
 	"sync"
 
 	"github.com/nostr-archiver/archiver/lazyparse"
@@ -52,6 +53,12 @@ func (v *verifier) finish(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	// The ingest's pages, journal and hot copies are garbage now, but the
+	// Go heap would hand their pages back only slowly, while the drain's
+	// reads fill Pebble's block cache: return them first. A verified 1M-
+	// event crawl peaked here, at ~120 MB of Go heap (16 MB live) beside
+	// ~125 MB of Pebble's.
+	debug.FreeOSMemory()
 	if _, err := v.pool.Drain(ctx); err != nil {
 		v.log.Error("verify", zap.Error(err))
 	}
