@@ -38,3 +38,6 @@ func SetPageLimits(keys, bytes int) func() {
 	pageKeys, pageBytes = keys, bytes
 	return func() { pageKeys, pageBytes = oldKeys, oldBytes }
 }
+
+// JournalEntries is how many new copies wait in the journal for a fold.
+func (s *Store) JournalEntries() int { return s.pendingCount() }

@@ -15,6 +15,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/rawstore/storetest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // diskFull fails every file write with ENOSPC while on, as a full file
@@ -121,6 +123,57 @@ func TestNoSpaceRefusedBeforePebbleRunsOut(t *testing.T) {
 	}
 	if st := mustStats(t, s); st.Events != 200 {
 		t.Errorf("%d events, want 200", st.Events)
+	}
+}
+
+// A close whose fold is refused for want of space is still a clean
+// close: the fold wrote nothing, the journal stays in the WAL, and the
+// next writable open folds it. Before, the crawl that had just reported
+// the full disk printed a second error line for it ("closing archive:
+// no space").
+func TestCloseWithNoSpaceLeavesJournalToNextOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "archive")
+	disk := &smallDisk{FS: vfs.Default}
+	disk.free.Store(20 << 20)
+	core, logs := observer.New(zap.WarnLevel)
+	s, err := rawstore.Open(rawstore.Options{Dir: dir, FS: disk, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := s.RelayIndex("ws://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(batch(relay, 0, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.JournalEntries(); n != 100 {
+		t.Fatalf("%d journal entries before close, want 100", n)
+	}
+	disk.free.Store(2 << 20)
+	if err := s.Close(); err != nil {
+		t.Fatalf("close with no space to fold: %v", err)
+	}
+	if w := logs.FilterMessageSnippet("journal unfolded").All(); len(w) != 1 || w[0].ContextMap()["entries"] != int64(100) {
+		t.Errorf("warnings at close: %v, want one naming 100 unfolded entries", logs.All())
+	}
+
+	s, err = rawstore.Open(rawstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("reopen once space is back: %v", err)
+	}
+	defer s.Close()
+	if n := s.JournalEntries(); n != 0 {
+		t.Errorf("%d journal entries after a writable open, want 0 (folded)", n)
+	}
+	if st := mustStats(t, s); st.Events != 100 {
+		t.Errorf("%d events after reopening, want 100", st.Events)
+	}
+	for i := 0; i < 100; i++ {
+		id, raw := storetest.Event(i)
+		if h, err := s.Lookup(id); err != nil || !bytes.Equal(h.Primary, raw) {
+			t.Fatalf("event %d after reopening: %q, %v", i, h.Primary, err)
+		}
 	}
 }
 

@@ -405,8 +405,16 @@ func (s *Store) Close() error {
 		close(s.trimStop)
 		<-s.trimDone
 	}
-	// Folded at close, so that a clean shutdown leaves no journal.
+	// Folded at close, so that a clean shutdown leaves no journal. A fold
+	// refused for want of space wrote nothing: the journal stays in the
+	// WAL for the next writable open to fold, and the writer that met the
+	// full disk has said so already.
 	ferr := s.fold()
+	if errors.Is(ferr, ErrNoSpace) {
+		s.opts.Logger.Warn("closing with the event key journal unfolded: no space to fold it; the next open folds it",
+			zap.String("dir", s.opts.Dir), zap.Int("entries", s.pendingCount()), zap.Error(ferr))
+		ferr = nil
+	}
 	if s.overlay != nil {
 		_ = s.overlay.Close()
 	}
