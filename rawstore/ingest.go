@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -146,6 +147,10 @@ func (s *Store) Ingest(in *Batch) (IngestResult, error) {
 	return res, nil
 }
 
+// firstCopies holds writeBodies' maps of the ids a batch has a body for,
+// reused: concurrent ingests write their bodies at once.
+var firstCopies = sync.Pool{New: func() any { return map[[32]byte]bool{} }}
+
 // written is where writeBodies put the bodies of a batch's new copies.
 type written struct {
 	locs []segLoc // by index in Batch.Events; seg 0: not written
@@ -164,7 +169,8 @@ func (s *Store) writeBodies(in *Batch, known map[[32]byte][]byte) (written, erro
 	var bodies [][]byte
 	var idx []int
 	size := 0
-	first := make(map[[32]byte]bool, len(in.Events))
+	first := firstCopies.Get().(map[[32]byte]bool)
+	defer func() { clear(first); firstCopies.Put(first) }()
 	for i := range in.Events {
 		c := &in.Events[i]
 		if v, ok := known[c.ID]; (ok && v[0] != damagedCopy[0]) || first[c.ID] {
@@ -219,8 +225,11 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []b
 	queue := !s.noQueue.Load()
 	var altInBatch map[string]bool // alternate and malformed keys put in this batch
 	var fresh []newCopy
-	// This batch's new copies, for its own later copies of their ids.
-	added := make(map[[32]byte]*Copy, len(in.Events))
+	// This batch's new copies, for its own later copies of their ids:
+	// one map, reused under ingestMu and emptied after (it points into
+	// the batch, which the store must not keep).
+	added := s.added
+	defer clear(added)
 	var newIDs, dups int64
 	var later []sighting         // byte-identical copies of ids another relay served first
 	counts := map[string]int64{} // counter deltas of replaced damaged copies
@@ -386,11 +395,7 @@ func (s *Store) ingestLocked(in *Batch, inBatch map[[32]byte][]byte, claimed []b
 		s.damage.repair(id)
 	}
 	if len(added) > 0 {
-		ids := make(map[[32]byte]struct{}, len(added))
-		for id := range added {
-			ids[id] = struct{}{}
-		}
-		s.recent.add(ids)
+		s.recent.add(added)
 	}
 	for _, f := range fresh {
 		if f.seq != 0 {
@@ -503,10 +508,6 @@ func setSightings(b *pebble.Batch, later []sighting, relay, seen uint32) {
 // claimed is nil, the ids the filter proves new are claimed (added to
 // it), and claimed[i] says which.
 func (s *Store) lookup(evs []Copy, claimed []bool) (map[[32]byte][]byte, error) {
-	found := make(map[[32]byte][]byte, len(evs))
-	if len(evs) == 0 {
-		return found, nil
-	}
 	keys := make([][]byte, 0, len(evs))
 	for i := range evs {
 		switch {
@@ -520,6 +521,9 @@ func (s *Store) lookup(evs []Copy, claimed []bool) (map[[32]byte][]byte, error) 
 		}
 		keys = append(keys, eventKey(&evs[i].ID))
 	}
+	// Sized by the ids looked up: in a fresh crawl the filter proves most
+	// new, and a table for the whole batch cost more than the lookups.
+	found := make(map[[32]byte][]byte, len(keys))
 	err := s.readStored(keys, func(k, v, raw []byte, err error) {
 		id := [32]byte(k[1:])
 		switch {

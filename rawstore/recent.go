@@ -30,9 +30,20 @@ func (r *recentCommits) since(gen uint64) ([]map[[32]byte]struct{}, bool) {
 	return out, true
 }
 
-// add records a commit that is now visible, with the ids it stored.
-func (r *recentCommits) add(ids map[[32]byte]struct{}) {
+// add records a commit that is now visible, with the ids it stored. The
+// ring's maps are reused, cleared: a new map per commit, with a table
+// for a page of ids, was most of what ingest allocated per event. Nobody
+// keeps one past ingestMu.
+func (r *recentCommits) add(ids map[[32]byte]*Copy) {
 	g := r.gen.Load() + 1
-	r.ring[g%recentDepth] = ids
+	m := r.ring[g%recentDepth]
+	if m == nil {
+		m = make(map[[32]byte]struct{}, len(ids))
+		r.ring[g%recentDepth] = m
+	}
+	clear(m)
+	for id := range ids {
+		m[id] = struct{}{}
+	}
 	r.gen.Store(g)
 }

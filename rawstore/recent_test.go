@@ -35,6 +35,9 @@ func TestLookupBehindConcurrentCommits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(s.added) != 0 {
+				t.Fatalf("the store kept %d copies of the batch after ingesting it", len(s.added))
+			}
 			wantNew := 1 // id(-1)
 			if between == 1 {
 				wantNew = 2 // id(1) was not stored in between

@@ -137,9 +137,10 @@ type Store struct {
 	hot        *hotCopies
 	damage     damageLog // damaged records met since Open (see Damage)
 	faults     *faults
-	recent     recentCommits // lets Ingest look ids up outside ingestMu
-	ids        *idFilter     // proves ids new without a lookup; nil read-only
-	segs       *segments     // the event bodies (see segment.go)
+	recent     recentCommits      // lets Ingest look ids up outside ingestMu
+	added      map[[32]byte]*Copy // a batch's new copies, under ingestMu (see ingestLocked)
+	ids        *idFilter          // proves ids new without a lookup; nil read-only
+	segs       *segments          // the event bodies (see segment.go)
 
 	idsStop, idsDone chan struct{} // the id filter's build; nil read-only
 
@@ -260,7 +261,7 @@ func Open(opts Options) (_ *Store, err error) {
 		}
 		return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, r: db, pend: pendingE{foldAt: foldEvery}, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, hot: newHotCopies(opts.HotBytes), faults: f,
+	s := &Store{db: db, r: db, pend: pendingE{foldAt: foldEvery}, opts: opts, sync: pebble.Sync, relayIdx: map[string]uint32{}, added: map[[32]byte]*Copy{}, hot: newHotCopies(opts.HotBytes), faults: f,
 		readBack: make(chan struct{}, 1)}
 	if !opts.ReadOnly {
 		f.makeReserve(opts.ReserveBytes)
