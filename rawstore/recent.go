@@ -32,8 +32,8 @@ func (r *recentCommits) since(gen uint64) ([]map[[32]byte]struct{}, bool) {
 
 // add records a commit that is now visible, with the ids it stored. The
 // ring's maps are reused, cleared: a new map per commit, with a table
-// for a page of ids, was most of what ingest allocated per event. Nobody
-// keeps one past ingestMu.
+// for a page of ids, was one of four such allocations per batch (0.19
+// CPU-s of a 1M crawl together). Nobody keeps one past ingestMu.
 func (r *recentCommits) add(ids map[[32]byte]*Copy) {
 	g := r.gen.Load() + 1
 	m := r.ring[g%recentDepth]
