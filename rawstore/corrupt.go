@@ -25,7 +25,19 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("damaged record %s: %v", describeKey(e.Key), e.Err)
+	return fmt.Sprintf("damaged record %s: %s", describeKey(e.Key), oneLine(e.Err))
+}
+
+// oneLine is err's message for a line of its own. Pebble joins each
+// corruption error with a carrier of its details, whose message is a
+// line "<corruption detail carrier>": check printed it under every
+// damaged record of a table.
+func oneLine(err error) string {
+	msg := err.Error()
+	if pebble.ExtractDataCorruptionInfo(err) != nil {
+		msg = strings.Replace(msg, "\n<corruption detail carrier>", "", 1)
+	}
+	return strings.ReplaceAll(msg, "\n", "; ")
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }

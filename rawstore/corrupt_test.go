@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/rawstore/storetest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // validIDs reads ForEachValid and returns what it passed and its error.
@@ -51,7 +54,8 @@ func TestGarbledBlob(t *testing.T) {
 			ids := storetest.FillWith(t, o, "ws://127.0.0.1:1", n)
 			storetest.GarbleAt(t, dir, ext, 4096, at)
 
-			s, err := rawstore.Open(rawstore.Options{Dir: dir, ReadOnly: true})
+			core, logs := observer.New(zap.WarnLevel)
+			s, err := rawstore.Open(rawstore.Options{Dir: dir, ReadOnly: true, Logger: zap.New(core)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,6 +68,22 @@ func TestGarbledBlob(t *testing.T) {
 			rep, err := s.Check()
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Read for people: one line per damaged record, and one
+			// warning per damaged file however often it is read.
+			for _, msg := range append([]string{de.Error()}, firstErrors(rep.First)...) {
+				if strings.Contains(msg, "\n") || strings.Contains(msg, "carrier") {
+					t.Errorf("damage message is not one line for a person: %q", msg)
+				}
+			}
+			perFile := map[string]int{}
+			for _, e := range logs.FilterMessage("archive file damaged").All() {
+				perFile[e.ContextMap()["file"].(string)]++
+			}
+			for file, n := range perFile {
+				if n != 1 {
+					t.Errorf("damage of %s logged %d times, want once", file, n)
+				}
 			}
 			damaged := map[[32]byte]bool{}
 			for _, id := range rep.DamagedIDs {
@@ -147,4 +167,12 @@ func TestGarbledBlob(t *testing.T) {
 			}
 		})
 	}
+}
+
+func firstErrors(es []*rawstore.CorruptError) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Error()
+	}
+	return out
 }
