@@ -3,7 +3,6 @@ package rawstore
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -52,42 +51,29 @@ func (s *Store) indexIter(relay uint32, since, until uint64) (*indexIter, error)
 
 // pendingIndex returns the T keys (relay AnyRelay) or relay's H keys of
 // runs with since <= created_at <= until, in key order, of two equal keys
-// the later run's only.
+// the later run's only: the fold's order (timeOrder) of the runs that
+// reach into the range, which for one relay is its H keys' order too.
 func pendingIndex(runs []journalRun, relay uint32, since, until uint64) []indexEntry {
-	var out []indexEntry
+	var in []journalRun
 	for _, r := range runs {
-		if r.hi < since || r.lo > until || (relay != AnyRelay && r.relay != relay) {
-			continue
-		}
-		for e := r.v; len(e) >= journalEntryLen; e = e[journalEntryLen:] {
-			ts := entryTime(e)
-			if ts == noTime || ts > until {
-				break // in created_at order, untimed last
-			}
-			if ts < since {
-				continue
-			}
-			var k, v []byte
-			if relay == AnyRelay {
-				k = binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8+idLen), prefixIDs), ts)
-				v = binary.BigEndian.AppendUint32(nil, r.relay)
-			} else {
-				k = binary.BigEndian.AppendUint32(append(make([]byte, 0, sightingKeyLen), prefixSighting), relay)
-				k = binary.BigEndian.AppendUint64(k, ts)
-			}
-			out = append(out, indexEntry{append(k, e[:idLen]...), v})
+		if r.hi >= since && r.lo <= until && (relay == AnyRelay || r.relay == relay) {
+			in = append(in, r)
 		}
 	}
-	slices.SortStableFunc(out, func(x, y indexEntry) int { return bytes.Compare(x.k, y.k) })
-	n := 0
-	for i := range out {
-		if i+1 < len(out) && bytes.Equal(out[i].k, out[i+1].k) {
+	byTime := timeOrder(in)
+	var out []indexEntry
+	for i := range byTime {
+		t := &byTime[i]
+		if t.ts < since || t.ts > until || superseded(byTime, i) {
 			continue
 		}
-		out[n] = out[i]
-		n++
+		if relay == AnyRelay {
+			out = append(out, indexEntry{idsKey(t.ts, t.id), binary.BigEndian.AppendUint32(nil, in[t.run].relay)})
+		} else {
+			out = append(out, indexEntry{k: sightingKey(relay, t.ts, t.id)})
+		}
 	}
-	return out[:n]
+	return out
 }
 
 // First moves to the first key; false if there is none.

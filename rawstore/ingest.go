@@ -454,9 +454,8 @@ func (l *sighting) setSighting(b *pebble.Batch, relay uint32) {
 // setNew puts the P keys of fresh's queued copies (seq not 0) in b, and
 // returns the journal value of their E, T and H keys (journal.go), in
 // created_at order, then id, untimed copies last: the order of their T
-// keys and of relay's H keys. It sorts pointers, compared by created_at
-// and the ids' first 8 bytes first: sorting the copies themselves cost
-// half as much as the sets.
+// keys and of relay's H keys. It sorts pointers to the copies, not the
+// copies, compared by created_at and the ids' first 8 bytes first.
 func setNew(b *pebble.Batch, fresh []newCopy, relay, seen uint32) []byte {
 	if len(fresh) == 0 {
 		return nil

@@ -408,6 +408,12 @@ func timeOrder(runs []journalRun) []timed {
 	return out
 }
 
+// superseded reports whether byTime[i] (in timeOrder) is followed by an
+// entry of the same T key: a later run's, which wins.
+func superseded(byTime []timed, i int) bool {
+	return i+1 < len(byTime) && byTime[i+1].ts == byTime[i].ts && *byTime[i+1].id == *byTime[i].id
+}
+
 // setEventKeys sets the E keys of entries.
 func setEventKeys(set setFunc, entries []foldEntry) error {
 	var k [1 + idLen]byte
@@ -428,7 +434,7 @@ func setTimeKeys(set setFunc, byTime []timed, runs []journalRun) error {
 	var v [4]byte
 	for i := range byTime {
 		t := &byTime[i]
-		if i+1 < len(byTime) && byTime[i+1].ts == t.ts && *byTime[i+1].id == *t.id {
+		if superseded(byTime, i) {
 			continue
 		}
 		binary.BigEndian.PutUint64(k[1:], t.ts)
