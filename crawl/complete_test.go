@@ -170,6 +170,22 @@ func TestCompleteness(t *testing.T) {
 			if unproven == 0 {
 				t.Errorf("no range recorded unproven: %+v", rec.Coverage)
 			}
+			// A later run pages only the range since the first one's end:
+			// it must not forget what that one could not prove. Before, it
+			// recorded its own range alone and said drained.
+			again := a.crawl(t, crawl.Options{PageTimeout: time.Second, Now: clockAt(f.Until + 3600)}, relay.URL())
+			if again[0].Drained() {
+				t.Errorf("a later run over the same archive: %v, want still not drained", again[0])
+			}
+			still := 0
+			for _, c := range a.record(t).Coverage {
+				if c.Proof == crawl.ProofUnproven {
+					still++
+				}
+			}
+			if still < unproven {
+				t.Errorf("a later run left %d of %d unproven ranges in the record", still, unproven)
+			}
 		})
 	}
 }

@@ -53,6 +53,37 @@ func weakestProof(cs []RangeCoverage) string {
 	return weakest
 }
 
+// mergeCoverage is the record's coverage after a run whose audit covered
+// fresh: what an earlier run recorded of the ranges this run did not
+// page stands (a run that resumes a finished crawl pages only the range
+// since its end, and dropping the rest forgot ranges the relay never
+// served whole: the next run said drained). An earlier range that a
+// fresh one covers whole is replaced; one it covers in part stays too,
+// its proof no stronger than it was.
+func mergeCoverage(earlier, fresh []RangeCoverage) []RangeCoverage {
+	out := slices.Clone(fresh)
+	for _, e := range earlier {
+		if e.Until == 0 {
+			// Open then: it ended where the run after it began.
+			for _, f := range fresh {
+				if f.Since > e.Since && (e.Until == 0 || f.Since-1 < e.Until) {
+					e.Until = f.Since - 1
+				}
+			}
+		}
+		if !slices.ContainsFunc(fresh, func(f RangeCoverage) bool { return covers(f, e) }) {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y RangeCoverage) int { return cmp.Compare(x.Since, y.Since) })
+	return out
+}
+
+// covers reports whether range a holds all of range b (Until 0: open).
+func covers(a, b RangeCoverage) bool {
+	return a.Since <= b.Since && (a.Until == 0 || b.Until != 0 && b.Until <= a.Until)
+}
+
 // maxNegAudit bounds the ids of a range reconciled over NIP-77 in one
 // piece (the archive's side is held in memory, 40 bytes an id); larger
 // ranges are checked by COUNT.

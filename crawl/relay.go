@@ -309,7 +309,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	}
 	r.mu.Lock()
 	if coverage != nil {
-		r.rec.Coverage = coverage
+		r.rec.Coverage = mergeCoverage(r.rec.Coverage, coverage)
 	}
 	r.job.meta.Done = true
 	meta := map[string][]byte{r.job.key: r.job.encode()}
@@ -341,7 +341,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	if len(unproven) > 0 {
 		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
-	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(coverage)}
+	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(r.rec.Coverage)}
 }
 
 // fail ends the relay's crawl with a terminal reason (the first one wins).
