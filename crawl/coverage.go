@@ -310,12 +310,19 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 }
 
 // repage pages [since, until] newest-first again without moving any
-// shard's cursor, completing walls on the way; what it fetches is stored.
+// shard's cursor, completing walls on the way (in windows, if the relay
+// was caught sending pages that are not a range's newest events); what it
+// fetches is stored.
 func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 	cursor := until
 	failures, slowdowns := 0, 0
+	var win pageWindow
 	for cursor >= since {
-		page, pc, err := r.fetch(ctx, r.filter(since, cursor, nil, nil))
+		bottom, windowed := since, r.caught(lieUnordered)
+		if windowed {
+			bottom = win.bottom(since, r.windowTop(since, cursor))
+		}
+		page, pc, err := r.fetch(ctx, r.filter(bottom, cursor, nil, nil))
 		if err != nil {
 			return err
 		}
@@ -330,7 +337,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 		distinct := map[[32]byte]bool{}
 		var ats []int64
 		for _, it := range page.Items {
-			if it.CreatedAt < since || it.CreatedAt > cursor {
+			if it.CreatedAt < bottom || it.CreatedAt > cursor {
 				continue
 			}
 			frames++
@@ -349,6 +356,14 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 		}
 		r.c.opts.OnCommit()
 		switch {
+		case windowed:
+			next, wall := r.windowStep(&win, since, bottom, cursor, r.full(n, frames))
+			if wall {
+				if err := r.completeWall(ctx, cursor); err != nil {
+					return err
+				}
+			}
+			cursor = next
 		case n == 0:
 			return nil
 		case oldest < cursor:

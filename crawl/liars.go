@@ -1,11 +1,13 @@
 package crawl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
@@ -13,13 +15,15 @@ import (
 )
 
 // Paging by until trusts two things NIP-01 promises and real relays break:
-// that a page is the range's newest events down to its oldest one, and that
-// an empty page means the range holds nothing. A relay caught breaking
+// that a page is the range's newest events down to its oldest one (not its
+// oldest, nor its lowest ids, nor each store's newest), and that an empty
+// page means the range holds nothing. A relay caught breaking
 // either is recorded (RelayRecord.Lies), paged as safely as can be, and
 // none of its ranges counts as proven by paging alone.
 const (
 	lieOverLimit  = "over-limit"
 	lieEmptyEarly = "empty-early"
+	lieUnordered  = "unordered"
 )
 
 // lie records a way the relay was caught lying (the first text per kind).
@@ -145,4 +149,182 @@ func (r *relayCrawl) probeWindow(ctx context.Context, since, until int64) (*int6
 		}
 	}
 	return nil, true
+}
+
+// Order checks: a relay whose pages are not a range's newest events (it
+// sorts them ascending, or by id, and stops at the limit) shows it by
+// serving an event newer than a full page's newest to a window above it.
+// The first full pages of a run are checked, then one in orderCheckEvery,
+// a worker's first on its shard, and any that spans orderCheckSpan times
+// more seconds than the worker's last (a page that leaves events out
+// reaches further down):
+// once a relay is caught, every range paged by trusting its order is paged
+// again in windows, so a late catch costs pages, not events.
+const (
+	orderCheckFirst = 8
+	orderCheckEvery = 16
+	orderCheckSpan  = 4
+)
+
+// orderCheckDue reports whether the next full page gets an order check.
+func (r *relayCrawl) orderCheckDue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fullPages++
+	return r.fullPages <= orderCheckFirst || r.fullPages%orderCheckEvery == 0
+}
+
+// liveMargin is how long before a page was asked for an event may be
+// dated and still reach the relay after it (an open range's order check
+// looks no later, so that events published meanwhile are no false alarm).
+const liveMargin = time.Minute
+
+// orderCheckTop is the top of the order check after a page asked up to
+// cursor: the cursor, or for an open range the time the page was asked
+// for, less liveMargin.
+func (r *relayCrawl) orderCheckTop(cursor int64, page *relayconn.Page) int64 {
+	if cursor != shard.OpenTop {
+		return cursor
+	}
+	return r.c.opts.Now().Add(-page.Latency - liveMargin).Unix()
+}
+
+// checkOrder asks for an event newer than newest, the newest of a full
+// page for a range up to cursor: a relay that sends a range's newest
+// events has none. It reports whether the relay was caught. (An event the
+// relay took in since the page was sent looks the same: the cost of that
+// false alarm is paging in windows, never a lost event.)
+func (r *relayCrawl) checkOrder(ctx context.Context, newest, cursor int64) bool {
+	at, ok := r.probeWindow(ctx, newest+1, cursor)
+	if !ok || at == nil {
+		return false
+	}
+	r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d], above a full page whose newest event was at %d: "+
+		"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", *at, newest+1, cursor, newest))
+	return true
+}
+
+// catchUnordered records the lie and marks every range paged so far for
+// paging again in windows: each of them was paged by trusting the order
+// (trusted commits still in flight add theirs as they land; see commit).
+func (r *relayCrawl) catchUnordered(text string) {
+	r.lie(lieUnordered, text)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.queue.Shards() {
+		if s.Cursor < s.Until {
+			r.rec.Repage = addSpan(r.rec.Repage, Span{Since: s.Cursor + 1, Until: s.Until})
+		}
+	}
+}
+
+// Span is a created_at range [Since, Until] (Until shard.OpenTop: no upper
+// bound).
+type Span struct {
+	Since int64 `json:"since"`
+	Until int64 `json:"until"`
+}
+
+// addSpan adds sp to spans (sorted, disjoint, not touching) and keeps them
+// so, joining what overlaps or touches.
+func addSpan(spans []Span, sp Span) []Span {
+	out := make([]Span, 0, len(spans)+1)
+	for _, x := range spans {
+		switch {
+		case x.Until < sp.Since-1 || sp.Until < x.Since-1:
+			out = append(out, x)
+		default:
+			sp = Span{Since: min(sp.Since, x.Since), Until: max(sp.Until, x.Until)}
+		}
+	}
+	out = append(out, sp)
+	slices.SortFunc(out, func(a, b Span) int { return cmp.Compare(a.Since, b.Since) })
+	return out
+}
+
+// pageWindow is the width of the next page's range for a relay caught
+// serving pages that are not a range's newest events: paging by until
+// from a page's oldest event would skip what the page left out above it,
+// so each page asks for a window under the cursor, and only a short page
+// (the whole window, whatever the order) moves the cursor past it. A full
+// page halves the window; a short one doubles the next.
+type pageWindow struct{ width int64 }
+
+// bottom is the since of the next window under top, in a range from since.
+func (w *pageWindow) bottom(since, top int64) int64 {
+	if w.width <= 0 || w.width > top-since+1 {
+		w.width = top - since + 1
+	}
+	return max(since, top-w.width+1)
+}
+
+// widen follows a short page for [bottom, top].
+func (w *pageWindow) widen(bottom, top int64) { w.width = min(2*(top-bottom+1), 1<<40) }
+
+// narrow follows a full page for [bottom, top]; false if the window is one
+// second and cannot narrow.
+func (w *pageWindow) narrow(bottom, top int64) bool {
+	if bottom >= top {
+		return false
+	}
+	w.width = (top - bottom + 1) / 2
+	return true
+}
+
+// windowTop is the top second of the next window under cursor in a range
+// from since: the cursor, or now for an open range not yet paged (the
+// window still has no until, so that it holds what is dated later).
+func (r *relayCrawl) windowTop(since, cursor int64) int64 {
+	if cursor == shard.OpenTop {
+		return max(since, r.c.opts.Now().Unix())
+	}
+	return cursor
+}
+
+// windowStep is the cursor after a page for the window [bottom, cursor]
+// of a range from since, and whether the cursor's second must be
+// completed as a wall first (one second fuller than a page).
+func (r *relayCrawl) windowStep(w *pageWindow, since, bottom, cursor int64, full bool) (next int64, wall bool) {
+	top := r.windowTop(since, cursor)
+	switch {
+	case !full:
+		w.widen(bottom, top)
+		return bottom - 1, false
+	case w.narrow(bottom, top):
+		return cursor, false
+	case cursor != shard.OpenTop:
+		return cursor - 1, true
+	default:
+		// More than a page dated now or later: no window narrows an open
+		// top. Stored; only COUNT can prove the range now.
+		r.log.Warn("more events dated from now on than a page holds, and the relay's pages are not its newest: "+
+			"some may not be fetched", zap.Int64("from", bottom))
+		return bottom - 1, false
+	}
+}
+
+// repageUntrusted pages again, in windows, each range paged by trusting
+// the order of a relay since caught not keeping it, and strikes it from
+// the record once paged.
+func (r *relayCrawl) repageUntrusted(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		if len(r.rec.Repage) == 0 {
+			r.mu.Unlock()
+			return nil
+		}
+		sp := r.rec.Repage[0]
+		r.mu.Unlock()
+		r.log.Info("paging again in windows what was paged trusting the relay's order",
+			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until))
+		if err := r.repage(ctx, sp.Since, sp.Until); err != nil {
+			return fmt.Errorf("paging [%d, %d] again in windows: %w", sp.Since, sp.Until, err)
+		}
+		r.mu.Lock()
+		r.rec.Repage = slices.DeleteFunc(r.rec.Repage, func(x Span) bool { return x == sp })
+		r.mu.Unlock()
+		if _, err := r.commit(nil, nil, nil); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -22,6 +23,7 @@ import (
 func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 	failures, slowdowns := 0, 0
 	var ahead *pageCommit
+	var ps pageState
 	// settle waits for the commit in flight and takes the shard as the
 	// queue has it (a steal may have raised its Since); false if it failed.
 	settle := func() bool {
@@ -47,6 +49,9 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			return true
 		}
 		asked := s.Since // a steal may raise s.Since while the page is in flight
+		if ps.windowed = r.caught(lieUnordered); ps.windowed {
+			asked = ps.win.bottom(s.Since, r.windowTop(s.Since, s.Cursor))
+		}
 		page, pc, err := r.fetch(ctx, r.filter(asked, s.Cursor, nil, nil))
 		if !settle() {
 			return false
@@ -63,7 +68,7 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			continue
 		}
 		failures, slowdowns = 0, 0
-		next, commit, err := r.advance(ctx, pc, s, asked, page)
+		next, commit, err := r.advance(ctx, pc, s, asked, page, &ps)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.fail(FinishGaveUp, fmt.Sprintf("shard %s: %v", s.ID, err))
@@ -80,6 +85,16 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 	return false
 }
 
+// pageState is what a worker carries from one page of its shard to the
+// next: the window, for a relay caught sending pages that are not a
+// range's newest events (windowed: this page asked for one), and the span
+// of the last full page (one spanning far more is checked for its order).
+type pageState struct {
+	win      pageWindow
+	windowed bool
+	span     int64
+}
+
 // pageCommit is a page's commit running while its worker fetches the
 // shard's next page: storing a page takes a good part of a round trip, and
 // a REQ that waited for it would leave the relay idle meanwhile. One at a
@@ -91,13 +106,13 @@ type pageCommit struct {
 }
 
 // commitAhead starts committing page items with s's cursor moved to
-// cursor, and returns s as it will then stand (the queue may yet raise its
+// cursor (trusted: by trusting the relay's order, see shardAdvance), and returns s as it will then stand (the queue may yet raise its
 // Since: wait returns the shard as the queue has it).
-func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, cursor int64) (shard.Shard, *pageCommit) {
+func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, cursor int64, trusted bool) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.s, c.err = r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor})
+		c.s, c.err = r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted})
 		page.Release() // stored: the store keeps none of its bytes
 	}()
 	s.Cursor = cursor
@@ -225,11 +240,11 @@ func toStore(bad []relayconn.Malformed) []rawstore.Malformed {
 	return out
 }
 
-// advance moves s's cursor past page, asked for [asked, s.Cursor], and
-// commits both: it returns the shard as it will stand and the commit,
-// still running.
-func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *relayconn.Page) (shard.Shard, *pageCommit, error) {
-	var n, frames, newer, older int
+// advance moves s's cursor past page, asked for [asked, s.Cursor] (a
+// window, if ps says so), and commits both: it returns the shard as it
+// will stand and the commit, still running.
+func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, asked int64, page *relayconn.Page, ps *pageState) (shard.Shard, *pageCommit, error) {
+	var n, frames, newer, older, stolen, stolenFrames int
 	oldest := s.Cursor
 	if !s.Open() {
 		oldest++
@@ -248,7 +263,14 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		case it.CreatedAt < s.Since:
 			// Asked for, but a steal gave that part of the shard to
 			// another worker meanwhile: stored all the same, not the
-			// relay's fault, and no part of what is left of s.
+			// relay's fault, and no part of what is left of s. (Counted
+			// for a window's fullness: a page cut anywhere in a window
+			// may have left out any part of it.)
+			stolenFrames++
+			if _, dup := distinct[it.ID]; !dup {
+				distinct[it.ID] = struct{}{}
+				stolen++
+			}
 		default:
 			frames++
 			if _, dup := distinct[it.ID]; dup {
@@ -266,6 +288,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	malformed := r.malformed(pc, page)
 	full := r.full(n, frames)
 	top := r.densityTop(s.Cursor, oldest)
+	if ps.windowed {
+		full = r.full(n+stolen, frames+stolenFrames)
+	}
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
 	// More than the limit asked is no page size: the relay's stores each
@@ -289,7 +314,8 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	// relay counts no such frame as an event.
 	r.tally(s, page.Items, len(page.Malformed))
 
-	cursor := s.Cursor
+	cursor, trusted := s.Cursor, false
+	wall := false
 	switch {
 	case n == 0 && older == 0 && r.substantial(newer):
 		// A page of events newer than until, at least half a page: the
@@ -301,6 +327,8 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		}
 		r.fail(FinishUnpageable, fmt.Sprintf("asked until=%d, got %d newer events and none in range: the relay ignores until", s.Cursor, newer))
 		return s, nil, nil
+	case ps.windowed:
+		cursor, wall = r.windowStep(&ps.win, s.Since, asked, s.Cursor, full)
 	case n == 0:
 		cursor = s.Since - 1 // a page with nothing in range is the end
 		// Unless narrower windows show the relay cut its scan short.
@@ -315,25 +343,37 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	case oldest < s.Cursor:
 		// Next page repeats the oldest second (inclusive until): the
 		// relay may have cut the page inside it. Ids dedup the overlap.
-		cursor = oldest
+		// A full page is trusted to be the range's newest events: checked
+		// now and then, and paged again in windows if that was wrong.
+		cursor, trusted = oldest, full
+		if full {
+			newest, top := slices.Max(ats), r.orderCheckTop(s.Cursor, page)
+			span := top - oldest
+			due := r.orderCheckDue() || ps.span == 0 || span > orderCheckSpan*ps.span
+			ps.span = span
+			if due && newest < top && r.checkOrder(ctx, newest, top) {
+				cursor, trusted = s.Cursor, false
+			}
+		}
 	default:
 		// Every event is at the cursor second. If the page was full, that
 		// second may hold more than a page: a wall. A short page wholly
 		// inside one second is one too if the relay's COUNT for it says
 		// more than the page held (a relay may cut pages below any size
 		// we learned).
-		if full || r.possibleWall(ctx, s.Cursor, n) {
-			if _, err := r.commit(page.Items, malformed, nil); err != nil {
-				return s, nil, err
-			}
-			page.Items, malformed = nil, nil
-			if err := r.completeWall(ctx, s.Cursor); err != nil {
-				return s, nil, err
-			}
-		}
+		wall = full || r.possibleWall(ctx, s.Cursor, n)
 		cursor = s.Cursor - 1
 	}
-	next, c := r.commitAhead(page, malformed, s, cursor)
+	if wall {
+		if _, err := r.commit(page.Items, malformed, nil); err != nil {
+			return s, nil, err
+		}
+		page.Items, malformed = nil, nil
+		if err := r.completeWall(ctx, s.Cursor); err != nil {
+			return s, nil, err
+		}
+	}
+	next, c := r.commitAhead(page, malformed, s, cursor, trusted)
 	return next, c, nil
 }
 

@@ -44,6 +44,10 @@ type RelayRecord struct {
 	// proves no range of such a relay: only COUNT or NIP-77 can. Kept
 	// across runs: a relay shown to lie stays untrusted.
 	Lies map[string]string `json:"lies,omitempty"`
+	// Repage is what was paged by trusting that the relay sends a range's
+	// newest events, before it was caught not doing so: paged again in
+	// windows before the audit (kept until then, across runs).
+	Repage []Span `json:"repage,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
@@ -103,7 +107,9 @@ type relayCrawl struct {
 	shardsDirty bool
 	// tallies keep what the COUNT audit needs of each shard's paging.
 	tallies map[string]*tally
-	known   knownAuthors
+	// fullPages counts full pages paged by until (orderCheckDue).
+	fullPages int
+	known     knownAuthors
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
@@ -287,7 +293,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return res
 	}
 	if ctx.Err() != nil {
-		return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
+		return r.canceled()
 	}
 	r.mu.Lock()
 	if !r.queue.Done() {
@@ -295,9 +301,19 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: "shards left unfinished"}
 	}
 	r.mu.Unlock()
-	// Every shard is paged: walls not yet proven get another try with
-	// every author the crawl has seen, then each range is checked
-	// against the relay's COUNT.
+	// Every shard is paged: what was paged trusting an order the relay
+	// was caught not keeping is paged again, walls not yet proven get
+	// another try with every author the crawl has seen, then each range
+	// is checked against the relay's COUNT.
+	if err := r.repageUntrusted(ctx); err != nil {
+		if ctx.Err() != nil {
+			return r.canceled()
+		}
+		if res, ok := r.finished(); ok {
+			return res
+		}
+		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
+	}
 	damaged := r.readBackEarlier(ctx)
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
@@ -305,7 +321,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return res
 	}
 	if ctx.Err() != nil {
-		return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
+		return r.canceled()
 	}
 	r.mu.Lock()
 	if coverage != nil {
@@ -342,6 +358,11 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return Result{Relay: r.url, Finish: FinishUnproven, Detail: strings.Join(unproven, "; ")}
 	}
 	return Result{Relay: r.url, Finish: FinishDrained, Proof: weakestProof(r.rec.Coverage)}
+}
+
+// canceled is the result of a crawl stopped from outside.
+func (r *relayCrawl) canceled() Result {
+	return Result{Relay: r.url, Finish: FinishCanceled, Detail: "stopped before the relay was drained; the next run resumes"}
 }
 
 // fail ends the relay's crawl with a terminal reason (the first one wins).
@@ -419,6 +440,10 @@ func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malform
 				return nil, nil, err
 			}
 			states[r.job.shardPrefix()+s.ID] = encodeShard(s)
+			if _, caught := r.rec.Lies[lieUnordered]; caught && advance.trusted {
+				// Judged before the catch, landing after it (catchUnordered).
+				r.rec.Repage = addSpan(r.rec.Repage, Span{Since: advance.cursor, Until: advance.from})
+			}
 		}
 		rec, err := json.Marshal(&r.rec)
 		return states, rec, err
@@ -433,6 +458,11 @@ func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malform
 type shardAdvance struct {
 	id     string
 	cursor int64
+	// from is the cursor it moves from; trusted, that the move trusted the
+	// relay to send a range's newest events (paging by until from a full
+	// page's oldest event).
+	from    int64
+	trusted bool
 }
 
 // backoff sleeps for the attempt-th retry (relayconn.Backoff).

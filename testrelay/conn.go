@@ -213,6 +213,9 @@ func (c *conn) serve(j job) error {
 			// Every store applies the limit on its own.
 			pos = snap.match(pos, f, -1, o.ExtraOutOfRange, o.IgnoreUntil, o.TiesDescending)
 			pos = append(pos[:start], splitStores(pos[start:], snap, o.SplitStores, lim)...)
+		} else if o.PageOrder != "" && f.ids == nil {
+			pos = snap.match(pos, f, -1, 0, o.IgnoreUntil, o.TiesDescending)
+			pos = append(pos[:start], pickUnordered(pos[start:], snap, o.PageOrder, lim)...)
 		} else {
 			pos = snap.match(pos, f, lim, o.ExtraOutOfRange, o.IgnoreUntil, o.TiesDescending)
 		}

@@ -1,6 +1,10 @@
 package testrelay
 
-import "hash/fnv"
+import (
+	"cmp"
+	"hash/fnv"
+	"slices"
+)
 
 // Ways real relays serve pages that are not the newest events of a
 // filter's range (see the Options fields named here).
@@ -44,6 +48,26 @@ func cutAtBroken(pos []int32, snap *snapshot, o *Options) []int32 {
 		if o.Broken(snap.items[p].ID) {
 			return pos[:i]
 		}
+	}
+	return pos
+}
+
+// PageOrder values.
+const (
+	PageOldest = "oldest"
+	PageByID   = "id"
+)
+
+// pickUnordered keeps lim (negative: all) of a range's positions (newest
+// first) as a relay serving order o does, in the order it sends them.
+func pickUnordered(pos []int32, snap *snapshot, o string, lim int) []int32 {
+	if o == PageByID {
+		slices.SortFunc(pos, func(a, b int32) int { return cmp.Compare(snap.items[a].ID, snap.items[b].ID) })
+	} else {
+		slices.Reverse(pos)
+	}
+	if lim >= 0 && len(pos) > lim {
+		pos = pos[:lim]
 	}
 	return pos
 }

@@ -167,6 +167,12 @@ type Options struct {
 	// eventstore's badger and lmdb by serial, nostr-rs-relay and nostream
 	// leave them to the database (ORDER BY created_at alone).
 	TiesDescending bool
+	// PageOrder picks which events of a filter's range a clamped page
+	// holds, against NIP-01's newest first: PageOldest the range's oldest
+	// (a relay that sorts ascending), PageByID the lowest ids (one that
+	// scans a table keyed by id and stops at the limit). Paging by until
+	// from either page's oldest event skips most of the range. "": newest.
+	PageOrder string
 	// ClosedEvery cuts every Nth REQ page (counted over the relay) after
 	// half its events with ["CLOSED",sub,"error: the relay could not
 	// respond fast enough"], as Ditto does when its query times out. 0:
@@ -277,6 +283,8 @@ func (o Options) Validate() error {
 		return bad("NegFrameLimit %d below %d", o.NegFrameLimit, negentropy.MinFrameSizeLimit)
 	case o.QueueDepth < 0:
 		return bad("QueueDepth %d < 0", o.QueueDepth)
+	case o.PageOrder != "" && o.PageOrder != PageOldest && o.PageOrder != PageByID:
+		return bad("PageOrder %q is none of %q, %q", o.PageOrder, PageOldest, PageByID)
 	case o.DuplicateEvery < 0:
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:

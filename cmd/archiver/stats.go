@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/importer"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/shard"
 	"github.com/nostr-archiver/archiver/status"
 	"go.uber.org/zap"
 )
@@ -73,6 +76,16 @@ func runStats(args []string) int {
 		}
 		fmt.Printf("\n%s\n  finish %s %s\n  pages %d, new events %d, copies %d, effective limit %d\n",
 			r.URL, r.Finish, r.FinishDetail, r.Pages, r.Counters["new"], r.Counters["copies"], r.EffectiveLimit)
+		for _, k := range slices.Sorted(maps.Keys(r.Lies)) {
+			fmt.Printf("  caught (%s): the relay %s\n", k, r.Lies[k])
+		}
+		for _, sp := range r.Repage {
+			until := "open"
+			if sp.Until != shard.OpenTop {
+				until = strconv.FormatInt(sp.Until, 10)
+			}
+			fmt.Printf("  to page again in windows: [%d, %s]\n", sp.Since, until)
+		}
 		for _, w := range r.Walls {
 			fmt.Printf("  wall at %d: %d events, complete=%v (%s)\n", w.Second, w.Events, w.Complete, w.Method)
 			for _, why := range w.Unsplit {
