@@ -23,7 +23,7 @@ func runOf(relay uint32, entries ...[2]uint64) []journalRun {
 		v = append(v, segValue(relay, 0, segLoc{})...)
 		v = binary.BigEndian.AppendUint64(v, e[1])
 	}
-	return addJournal(pendingEntries{}, nil, v, journalEntryLen)
+	return addJournal(newJournalIndex(0), nil, v, journalEntryLen)
 }
 
 // pendingIndex gives the runs' keys of a range in key order, each once

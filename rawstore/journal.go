@@ -67,7 +67,7 @@ const (
 	noTime       = ^uint64(0)
 )
 
-type pendingEntries = map[[32]byte][eventLenV3]byte
+type pendingEntries = *journalIndex
 
 // journalRun is one committed journal value of the current format: its
 // entries' T and H keys (relay's sightings) wait in it for the fold.
@@ -122,7 +122,7 @@ func journalValue(order []*newCopy, relay, seen uint32) []byte {
 // they come from a journal key of format 0 (n is the entry's length).
 func addJournal(m pendingEntries, runs []journalRun, v []byte, n int) []journalRun {
 	for e := v; len(e) >= n; e = e[n:] {
-		m[[32]byte(e[:idLen])] = [eventLenV3]byte(e[idLen : idLen+eventLenV3])
+		m.put((*[32]byte)(e[:idLen]), (*[eventLenV3]byte)(e[idLen:idLen+eventLenV3]))
 	}
 	if n != journalEntryLen || len(v) < n || entryTime(v) == noTime {
 		return runs // no T or H key
@@ -177,7 +177,7 @@ func (s *Store) eventIter(o *pebble.IterOptions) (*pebble.Iterator, pendingEntri
 func (s *Store) pendingIn(m pendingEntries, id *[32]byte) ([]byte, bool) {
 	s.pend.mu.RLock()
 	defer s.pend.mu.RUnlock()
-	v, ok := m[*id]
+	v, ok := m.get(id)
 	if !ok {
 		return nil, false
 	}
@@ -210,7 +210,7 @@ func (s *Store) pendingValue(id *[32]byte) ([]byte, bool) {
 func (s *Store) pendingCount() int {
 	s.pend.mu.RLock()
 	defer s.pend.mu.RUnlock()
-	return len(s.pend.m)
+	return s.pend.m.len()
 }
 
 // fold writes every journal entry to E through an ingested table. A
@@ -235,7 +235,7 @@ func (s *Store) foldIfPending(id *[32]byte) error {
 }
 
 func (s *Store) foldLocked() error {
-	if len(s.pend.m) == 0 {
+	if s.pend.m.len() == 0 {
 		return nil
 	}
 	runs := s.pend.runs
@@ -249,8 +249,8 @@ func (s *Store) foldLocked() error {
 		paths = append(paths, path)
 		return s.writeFoldTable(path, filter, keys)
 	}
-	size := len(s.pend.m)*(1+journalEntryLenE) + timedMax*(1+8+idLen+4+sightingKeyLen)
-	what := fmt.Sprintf("fold %d event keys", len(s.pend.m))
+	size := s.pend.m.len()*(1+journalEntryLenE) + timedMax*(1+8+idLen+4+sightingKeyLen)
+	what := fmt.Sprintf("fold %d event keys", s.pend.m.len())
 	err := s.gate(what, size, func() error {
 		// One table after the other, each order made just before its
 		// table: the E entries and the T order together were ~12 MB
@@ -295,7 +295,7 @@ func (s *Store) foldLocked() error {
 	if err := s.gate("drop folded journal", b.Len(), func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return err
 	}
-	s.pend.m = pendingEntries{} // grown as it fills: presized, the garbage of the old one came on top
+	s.pend.m = newJournalIndex(s.pend.foldAt)
 	s.pend.runs = nil
 	s.pend.n++
 	return nil
@@ -316,28 +316,24 @@ type foldEntry struct {
 // order before the sort: a fold's 128Ki ids are hashes, two to a bucket.
 const foldBucketBits = 16
 
-// sortedEntries returns m's entries in id order. Ranged into a slice and
-// sorted there (looking each sorted id up in the map again cost more than
-// writing the table), each placed straight into its bucket of the ids'
-// first bits (the map ranged twice, to count them first) and then each
-// bucket sorted: a sort of the whole slice, moving 64-byte entries
-// through 17 rounds, was half of a fold. Forged ids may share a prefix; a
-// crowded bucket is only a larger sort.
+// sortedEntries returns m's entries in id order, in a new slice (a reader
+// may hold m). Each is placed straight into its bucket of the ids' first
+// bits (counted first) and then each bucket sorted: a sort of the whole
+// slice, moving 64-byte entries through 17 rounds, was half of a fold.
+// Forged ids may share a prefix; a crowded bucket is only a larger sort.
 func sortedEntries(m pendingEntries) []foldEntry {
 	starts := make([]int32, 1<<foldBucketBits+1)
-	for id := range m {
-		starts[int(binary.BigEndian.Uint16(id[:2]))+1]++
-	}
+	m.each(func(e *foldEntry) { starts[int(binary.BigEndian.Uint16(e.id[:2]))+1]++ })
 	for i := 1; i < len(starts); i++ {
 		starts[i] += starts[i-1]
 	}
-	entries := make([]foldEntry, len(m))
+	entries := make([]foldEntry, m.len())
 	next := slices.Clone(starts[:len(starts)-1])
-	for id, v := range m {
-		b := binary.BigEndian.Uint16(id[:2])
-		entries[next[b]] = foldEntry{hi: binary.BigEndian.Uint64(id[:8]), id: id, v: v}
+	m.each(func(e *foldEntry) {
+		b := binary.BigEndian.Uint16(e.id[:2])
+		entries[next[b]] = *e
 		next[b]++
-	}
+	})
 	for b := range len(starts) - 1 {
 		if bucket := entries[starts[b]:starts[b+1]]; len(bucket) > 1 {
 			slices.SortFunc(bucket, func(x, y foldEntry) int {
@@ -514,7 +510,7 @@ func (s *Store) writeFoldTable(path string, filter bool, keys func(set setFunc) 
 // shard cursors say the range was fetched: it returns the relays of such
 // keys, whose cursors then go (openJournal).
 func (s *Store) loadJournal() (lost []uint32, err error) {
-	s.pend.m = pendingEntries{}
+	s.pend.m = newJournalIndex(s.pend.foldAt)
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixJournal}, UpperBound: []byte{prefixJournal + 1}})
 	if err != nil {
 		return nil, err
@@ -559,7 +555,7 @@ func (s *Store) openJournal() error {
 	if err != nil {
 		return fmt.Errorf("read event key journal: %w", err)
 	}
-	if len(s.pend.m) == 0 && len(lost) == 0 {
+	if s.pend.m.len() == 0 && len(lost) == 0 {
 		return nil
 	}
 	if !s.opts.ReadOnly {
@@ -583,10 +579,10 @@ func (s *Store) openJournal() error {
 	o := s.db.NewIndexedBatch()
 	var k [1 + idLen]byte
 	k[0] = prefixEvent
-	for id, v := range s.pend.m {
-		copy(k[1:], id[:])
-		_ = o.Set(k[:], v[:], nil)
-	}
+	s.pend.m.each(func(e *foldEntry) {
+		copy(k[1:], e.id[:])
+		_ = o.Set(k[:], e.v[:], nil)
+	})
 	s.overlay, s.r = o, o
 	return nil
 }

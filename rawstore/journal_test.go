@@ -248,19 +248,19 @@ func TestSortedEntries(t *testing.T) {
 		b      byte // their value
 	}{{"none", 0, 0, 0}, {"one", 1, 0, 0}, {"random", 5000, 0, 0}, {"bucket shared", 3000, 2, 0xab},
 		{"first 8 bytes shared", 3000, 8, 0xab}, {"first bucket", 50, 2, 0}, {"last bucket", 50, 2, 0xff}} {
-		m := pendingEntries{}
+		m := newJournalIndex(0)
 		for range tc.n {
 			id := randomID(tc.prefix, tc.b)
 			var v [eventLenV3]byte
 			copy(v[:], id[:])
-			m[id] = v
+			m.put(&id, &v)
 		}
 		got := sortedEntries(m)
-		if len(got) != len(m) {
-			t.Fatalf("%s: %d entries of %d", tc.name, len(got), len(m))
+		if len(got) != m.len() {
+			t.Fatalf("%s: %d entries of %d", tc.name, len(got), m.len())
 		}
 		for i, e := range got {
-			if v, ok := m[e.id]; !ok || v != e.v || e.hi != binary.BigEndian.Uint64(e.id[:8]) {
+			if v, ok := m.get(&e.id); !ok || v != e.v || e.hi != binary.BigEndian.Uint64(e.id[:8]) {
 				t.Fatalf("%s: entry %d is not the map's", tc.name, i)
 			}
 			if i > 0 && bytes.Compare(got[i-1].id[:], e.id[:]) >= 0 {

@@ -35,7 +35,7 @@ func crawlRuns() []journalRun {
 			}
 			top[s] = ts
 			sortRun(v)
-			runs = addJournal(pendingEntries{}, runs, v, journalEntryLen)
+			runs = addJournal(newJournalIndex(0), runs, v, journalEntryLen)
 		}
 	}
 	return runs
