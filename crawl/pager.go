@@ -106,13 +106,16 @@ type pageCommit struct {
 }
 
 // commitAhead starts committing page items with s's cursor moved to
-// cursor (trusted: by trusting the relay's order, see shardAdvance), and returns s as it will then stand (the queue may yet raise its
-// Since: wait returns the shard as the queue has it).
+// cursor (trusted: by trusting the relay's order, see shardAdvance), and
+// returns s as it will then stand (the queue may yet raise its Since: wait
+// returns the shard as the queue has it). The advance is built before the
+// goroutine starts: s is the caller's to change once this returns.
 func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, cursor int64, trusted bool) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
+	adv := &shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted}
 	go func() {
 		defer close(c.done)
-		c.s, c.err = r.commit(page.Items, malformed, &shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted})
+		c.s, c.err = r.commit(page.Items, malformed, adv)
 		page.Release() // stored: the store keeps none of its bytes
 	}()
 	s.Cursor = cursor
