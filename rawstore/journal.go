@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 )
@@ -244,10 +243,10 @@ func (s *Store) foldLocked() error {
 		timedMax += len(r.v) / journalEntryLen
 	}
 	var paths []string
-	write := func(name string, filter bool, keys func(set setFunc) error) error {
+	write := func(name string, keys func(set setFunc) error) error {
 		path := filepath.Join(s.opts.Dir, name)
 		paths = append(paths, path)
-		return s.writeFoldTable(path, filter, keys)
+		return s.writeFoldTable(path, keys)
 	}
 	size := s.pend.m.len()*(1+journalEntryLenE) + timedMax*(1+8+idLen+4+sightingKeyLen)
 	what := fmt.Sprintf("fold %d event keys", s.pend.m.len())
@@ -255,15 +254,15 @@ func (s *Store) foldLocked() error {
 		// One table after the other, each order made just before its
 		// table: the E entries and the T order together were ~12 MB
 		// more at the fold's peak.
-		if err := write("fold-e.sst.tmp", true, func(set setFunc) error { return setEventKeys(set, sortedEntries(s.pend.m)) }); err != nil {
+		if err := write("fold-e.sst.tmp", func(set setFunc) error { return setEventKeys(set, sortedEntries(s.pend.m)) }); err != nil {
 			return err
 		}
 		if timedMax > 0 {
 			byTime := timeOrder(runs)
-			if err := write("fold-t.sst.tmp", false, func(set setFunc) error { return setTimeKeys(set, byTime, runs) }); err != nil {
+			if err := write("fold-t.sst.tmp", func(set setFunc) error { return setTimeKeys(set, byTime, runs) }); err != nil {
 				return err
 			}
-			if err := write("fold-h.sst.tmp", false, func(set setFunc) error { return setSightingKeys(set, byTime, runs) }); err != nil {
+			if err := write("fold-h.sst.tmp", func(set setFunc) error { return setSightingKeys(set, byTime, runs) }); err != nil {
 				return err
 			}
 		}
@@ -477,22 +476,19 @@ func setSightingKeys(set setFunc, byTime []timed, runs []journalRun) error {
 }
 
 // writeFoldTable writes the keys that keys sets (in order) to a table at
-// path, synced, with the store's table format and block size, and its
-// bloom filter if filter: E keys are looked up one by one (ingest's
-// dedup), T and H keys only ever scanned in ranges, where a filter is
-// never read (0.05 CPU-s of a 1M crawl's folds, 2.5 MB on disk).
-func (s *Store) writeFoldTable(path string, filter bool, keys func(set setFunc) error) error {
+// path, synced, with the store's table format, block size and filter (which
+// holds the E keys: the T and H keys are left out, see keyFilter).
+func (s *Store) writeFoldTable(path string, keys func(set setFunc) error) error {
 	f, err := s.opts.FS.Create(path, "")
 	if err != nil {
 		return err
 	}
 	wo := sstable.WriterOptions{
-		TableFormat: s.db.TableFormat(),
-		BlockSize:   s.opts.BlockSize,
-		MergerName:  counterMerger.Name,
-	}
-	if filter {
-		wo.FilterPolicy, wo.FilterType = bloom.FilterPolicy(10), pebble.TableFilter
+		TableFormat:  s.db.TableFormat(),
+		BlockSize:    s.opts.BlockSize,
+		MergerName:   counterMerger.Name,
+		FilterPolicy: newKeyFilter(),
+		FilterType:   pebble.TableFilter,
 	}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	if err := keys(func(k, v []byte) error { return w.Set(k, v) }); err != nil {

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 )
@@ -221,9 +220,11 @@ func Open(opts Options) (_ *Store, err error) {
 	// Bloom filters on every level, the last included: most ingest
 	// lookups are for new ids, which must miss without reading a block
 	// (the random ids end up in the last level, where Pebble's usual
-	// setup saves the filter's space).
+	// setup saves the filter's space). The index keys are left out of
+	// them (keyFilter).
+	filter := newKeyFilter()
 	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		po.Levels[i].FilterPolicy = filter
 		po.Levels[i].FilterType = pebble.TableFilter
 		// Blob files cut their value blocks at BlockSize too. Pebble's 4
 		// KiB holds three event bodies: every block read, cached, checksummed
