@@ -1,6 +1,10 @@
 package rawstore
 
-import "github.com/cockroachdb/pebble/v2"
+import (
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
 
 // RaceEnabled says whether the tests run under the race detector.
 const RaceEnabled = raceEnabled
@@ -41,3 +45,31 @@ func SetPageLimits(keys, bytes int) func() {
 
 // JournalEntries is how many new copies wait in the journal for a fold.
 func (s *Store) JournalEntries() int { return s.pendingCount() }
+
+// SetIndexSort sets indexSortRun and indexSortFanIn, returning a func
+// restoring them.
+func SetIndexSort(run, fanIn int) func() {
+	oldRun, oldFanIn := indexSortRun, indexSortFanIn
+	indexSortRun, indexSortFanIn = run, fanIn
+	return func() { indexSortRun, indexSortFanIn = oldRun, oldFanIn }
+}
+
+// AbandonIndexSort drops a deferred index sort unfinished, as a process
+// that dies does: its runs stay on disk, the marks down.
+func (s *Store) AbandonIndexSort() {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.isort = nil
+}
+
+// IndexRunFiles counts the index runs in the archive's directory.
+func (s *Store) IndexRunFiles() (int, error) {
+	names, err := s.opts.FS.List(s.opts.Dir)
+	n := 0
+	for _, name := range names {
+		if strings.HasSuffix(name, indexRunSuffix) {
+			n++
+		}
+	}
+	return n, err
+}

@@ -16,10 +16,11 @@ import (
 // id, valid or not) under one prefix, a byte naming the index, the indexed
 // value, then ^created_at and the id: a forward scan of one value's range
 // is newest first, ties by id ascending (the order NIP-01 asks for).
-// They are written in the batch that records an event's valid verdict, so
-// they cover the valid verdicts, and every valid copy of an id carries the
-// same indexed fields (they are hashed into the id), so the entries are
-// only ever added. ResetVerdicts forgets every verdict and drops the
+// They are written in the batch that records an event's valid verdict
+// (or, deferred, ingested sorted before the marks that say they cover the
+// valid verdicts come back: indexsort.go), so they cover the valid
+// verdicts, and every valid copy of an id carries the same indexed fields
+// (they are hashed into the id), so the entries are only ever added. ResetVerdicts forgets every verdict and drops the
 // indexes. One verdict is taken back alone: a damaged primary replaced by
 // a fresh copy (Ingest) loses its verdict while its entries remain (its
 // body cannot be read to find them), so a reader of the indexes checks
@@ -155,11 +156,15 @@ func (a *applier) index(id *[32]byte, raw []byte, keys [][]byte) {
 // previous one is found from where that one went; in event order they
 // are all over the key space (measured: applying 100k verdicts with
 // their index entries took 2.66 CPU-s unsorted, 1.42 sorted).
-func (a *applier) setIndexKeys() {
+func (a *applier) setIndexKeys() error {
+	if a.s.isort != nil {
+		return a.s.isort.add(a.indexKeys)
+	}
 	slices.SortFunc(a.indexKeys, bytes.Compare)
 	for _, k := range a.indexKeys {
 		_ = a.b.Set(k, nil, nil)
 	}
+	return nil
 }
 
 // IndexesReady reports whether the indexes cover every valid event, so

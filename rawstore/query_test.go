@@ -376,6 +376,97 @@ func TestQueryIndexes(t *testing.T) {
 		c.checkFilters(t, 4, filterSets(100))
 	})
 	t.Run("ResetAndBuild", c.testResetAndBuild)
+	t.Run("Deferred", c.testDeferred)
+}
+
+// testDeferred builds the indexes sorted (DeferIndexes, as a crawl does),
+// with runs of a few keys merged four at a time, and checks every filter
+// against brute force; a sort cut off leaves the indexes unready until
+// BuildIndexes.
+func (c *corpus) testDeferred(t *testing.T) {
+	defer rawstore.SetIndexSort(300, 4)()
+	s := c.store
+	ready := func(want bool, when string) {
+		t.Helper()
+		if got, err := s.IndexesReady(); err != nil || got != want {
+			t.Fatalf("%s: indexes ready %v (%v), want %v", when, got, err, want)
+		}
+	}
+	runs := func(when string) int {
+		t.Helper()
+		n, err := s.IndexRunFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	reverify := func() {
+		t.Helper()
+		if _, err := s.ResetVerdicts(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeferIndexes(); err != nil {
+			t.Fatal(err)
+		}
+		c.drain(t)
+		ready(false, "verified, not yet built")
+		if _, err := query(t, s, []filtertest.Filter{{}}); !errors.Is(err, rawstore.ErrNotIndexed) {
+			t.Fatalf("query while deferred: %v, want ErrNotIndexed", err)
+		}
+		if runs("verified") == 0 {
+			t.Fatalf("no index run on disk after verifying %d events in runs of 300 bytes", len(c.all))
+		}
+	}
+
+	reverify()
+	if err := s.FinishIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "finished")
+	if n := runs("finished"); n != 0 {
+		t.Fatalf("%d index runs left after the build", n)
+	}
+	c.checkFilters(t, 5, 60)
+
+	// A reset meanwhile forgets what was sorted, and the marks still come
+	// back at the end.
+	reverify()
+	if _, err := s.ResetVerdicts(); err != nil {
+		t.Fatal(err)
+	}
+	c.drain(t)
+	ready(false, "reset and verified while deferred")
+	if err := s.FinishIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "finished after a reset")
+	c.checkFilters(t, 6, 60)
+
+	// Cut off: the marks stay down, and the next sort restores none over
+	// the lost keys; BuildIndexes covers every verdict.
+	reverify()
+	s.AbandonIndexSort()
+	ready(false, "a sort cut off")
+	if err := s.DeferIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	ready(false, "a sort after one cut off")
+	if _, err := s.BuildIndexes(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "built")
+	c.checkFilters(t, 7, 60)
+	// The build covered the sort cut off: the next one restores the marks.
+	if err := s.DeferIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishIndexes(); err != nil {
+		t.Fatal(err)
+	}
+	ready(true, "a sort after the build")
 }
 
 // filterSets returns n, or half of it under the race detector: each set

@@ -124,6 +124,7 @@ type Store struct {
 
 	ingestMu sync.Mutex // serializes dedup lookups with the writes they decide
 	applyMu  sync.Mutex // serializes verdict application
+	isort    *indexSort // index keys deferred to a sorted build (DeferIndexes), under applyMu
 	// readBack admits one ReadBack at a time: each holds a batch of ids
 	// and bodies, and the daemon may read back many relays at once.
 	readBack chan struct{}
@@ -291,6 +292,11 @@ func Open(opts Options) (_ *Store, err error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
 		}
+		// The runs of an index sort cut off: its marks are down.
+		if err := s.removeIndexRuns(); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("rawstore: open %s: %w", opts.Dir, err)
+		}
 	}
 	if err := s.loadSightingMark(); err != nil {
 		_ = db.Close()
@@ -407,6 +413,13 @@ func (s *Store) Close() error {
 		close(s.trimStop)
 		<-s.trimDone
 	}
+	// The deferred index keys go in before the store closes; a build
+	// that fails leaves the marks down for BuildIndexes (see indexsort.go).
+	ierr := s.FinishIndexes()
+	if ierr != nil {
+		s.opts.Logger.Warn("closing with the indexes unbuilt: `archiver reprocess --index` builds them",
+			zap.String("dir", s.opts.Dir), zap.Error(ierr))
+	}
 	// Folded at close, so that a clean shutdown leaves no journal. A fold
 	// refused for want of space wrote nothing: the journal stays in the
 	// WAL for the next writable open to fold, and the writer that met the
@@ -426,6 +439,9 @@ func (s *Store) Close() error {
 	}
 	if ferr != nil {
 		return fmt.Errorf("rawstore: close: %w", ferr)
+	}
+	if ierr != nil {
+		return fmt.Errorf("rawstore: close: %w", ierr)
 	}
 	if serr != nil {
 		return fmt.Errorf("rawstore: close segments: %w", serr)

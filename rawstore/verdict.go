@@ -127,7 +127,9 @@ func (s *Store) Apply(items []Pending, vs []Verdict) error {
 			_ = a.b.SingleDelete(seqKey(prefixPending, items[i].Seq), nil)
 		}
 	}
-	a.setIndexKeys()
+	if err := a.setIndexKeys(); err != nil {
+		return err
+	}
 	for name, d := range a.counters {
 		if d != 0 {
 			_ = a.b.Merge(counterKey(name), delta(d), nil)
@@ -306,8 +308,15 @@ func (s *Store) ResetVerdicts() (pending int64, err error) {
 	// are complete, and the scan that follows re-fills them.
 	_ = b.DeleteRange([]byte{prefixIndex}, []byte{prefixIndex + 1}, nil)
 	_ = b.Delete(indexBuildKey, nil)
-	_ = b.Set(indexMarkKey, nil, nil)
-	_ = b.Set(deletionMarkKey, nil, nil)
+	if s.isort != nil {
+		// Deferred: the marks come back when the sort's keys are in.
+		if err := s.isort.reset(); err != nil {
+			return 0, err
+		}
+	} else {
+		_ = b.Set(indexMarkKey, nil, nil)
+		_ = b.Set(deletionMarkKey, nil, nil)
+	}
 	quarantined, err := s.quarantineCounts()
 	if err != nil {
 		return 0, err

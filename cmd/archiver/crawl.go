@@ -127,6 +127,14 @@ func runCrawl(args []string) int {
 		}
 		defer srv.Close() // before the store closes (deferred earlier)
 	}
+	if !*noVerify && *serveOn == "" {
+		// Nothing queries the indexes before the crawl ends: their keys
+		// are built sorted at the end (Close) instead of through the
+		// memtable and compactions.
+		if err := store.DeferIndexes(); err != nil {
+			return fail("crawl", fmt.Errorf("archive %s: %w", c.data, err))
+		}
+	}
 	var ver *verifier
 	if !*noVerify {
 		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
@@ -164,6 +172,11 @@ func runCrawl(args []string) int {
 		ver.finish(ctx)
 	}
 	code := 0
+	if err := store.FinishIndexes(); err != nil {
+		// Every event and verdict is stored; only the indexes wait.
+		fmt.Fprintf(stderr, "archiver crawl: %v; `archiver reprocess --index --data %s` builds them\n", err, c.data)
+		code = 1
+	}
 	damage := store.Damage()
 	for _, r := range results {
 		fmt.Fprintln(stderr, r.String()+damageNote(damage, c.data))

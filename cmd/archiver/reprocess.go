@@ -60,6 +60,12 @@ func runReprocess(args []string) int {
 			fmt.Fprintf(os.Stderr, "indexed the sightings of %d events in %v\n", n, time.Since(start).Round(time.Millisecond))
 		}
 	}
+	// Nothing queries the archive meanwhile: the verdicts' index keys are
+	// built sorted once the drain is done.
+	if err := store.DeferIndexes(); err != nil {
+		log.Error("defer indexes", zap.Error(err))
+		return 1
+	}
 	pool, err := lazyparse.New(lazyparse.Options{Store: store, Workers: *workers, Logger: log})
 	if err != nil {
 		log.Error("verify pool", zap.Error(err))
@@ -69,6 +75,10 @@ func runReprocess(args []string) int {
 	n, err := pool.Drain(ctx)
 	if err != nil {
 		log.Error("verify", zap.Error(err))
+		return 1
+	}
+	if err := store.FinishIndexes(); err != nil {
+		log.Error("build indexes (`archiver reprocess --index` builds them)", zap.Error(err))
 		return 1
 	}
 	el := time.Since(start)
