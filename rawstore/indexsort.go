@@ -424,32 +424,31 @@ func (x *indexSort) openMerge(runs []indexRun) (*runMerge, error) {
 // next returns the next distinct key (valid until the next call), or
 // io.EOF.
 func (m *runMerge) next() ([]byte, error) {
-	for len(m.h) > 0 {
-		top := m.h[0]
-		m.last = append(m.last[:0], top.key...)
-		ok, err := top.read()
-		if err != nil {
-			return nil, fmt.Errorf("rawstore: read index run: %w", err)
-		}
-		if ok {
-			heap.Fix(&m.h, 0)
-		} else {
-			heap.Pop(&m.h)
-		}
-		for len(m.h) > 0 && bytes.Equal(m.h[0].key, m.last) {
-			ok, err := m.h[0].read()
-			if err != nil {
-				return nil, fmt.Errorf("rawstore: read index run: %w", err)
-			}
-			if ok {
-				heap.Fix(&m.h, 0)
-			} else {
-				heap.Pop(&m.h)
-			}
-		}
-		return m.last, nil
+	if len(m.h) == 0 {
+		return nil, io.EOF
 	}
-	return nil, io.EOF
+	m.last = append(m.last[:0], m.h[0].key...)
+	for len(m.h) > 0 && bytes.Equal(m.h[0].key, m.last) {
+		if err := m.advance(); err != nil {
+			return nil, err
+		}
+	}
+	return m.last, nil
+}
+
+// advance moves the reader of the smallest key to its next key, or drops
+// it at its run's end.
+func (m *runMerge) advance() error {
+	ok, err := m.h[0].read()
+	if err != nil {
+		return fmt.Errorf("rawstore: read index run: %w", err)
+	}
+	if ok {
+		heap.Fix(&m.h, 0)
+	} else {
+		heap.Pop(&m.h)
+	}
+	return nil
 }
 
 func (m *runMerge) close() error {
