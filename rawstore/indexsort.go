@@ -281,12 +281,12 @@ func (s *Store) FinishIndexes() error {
 	}
 	start := time.Now()
 	runs := len(x.runs)
-	s.opts.Logger.Info("building the indexes from the verdicts' sorted keys", zap.Int("runs", runs+1))
+	s.opts.Logger.Debug("building the indexes from the verdicts' sorted keys", zap.Int("runs", runs+1))
 	if err := x.finish(); err != nil {
 		return fmt.Errorf("rawstore: build deferred indexes: %w", err)
 	}
 	s.isort = nil
-	s.opts.Logger.Info("index keys built from sorted runs", zap.Int("runs", runs),
+	s.opts.Logger.Debug("index keys built from sorted runs", zap.Int("runs", runs),
 		zap.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
 	return nil
 }

@@ -94,6 +94,11 @@ resumes where it stopped, or, once done, reads only what was appended.`)
 			return fail("import", fmt.Errorf("reading archive %s: %w", c.data, err))
 		}
 	} else {
+		// Nothing queries the archive meanwhile: the verdicts' index keys
+		// are built sorted once the import is verified.
+		if err := store.DeferIndexes(); err != nil {
+			return fail("import", fmt.Errorf("archive %s: %w", c.data, err))
+		}
 		if ver, err = startVerifier(ctx, store, *workers, log); err != nil {
 			return usageError("--verify-workers", err)
 		}
@@ -112,6 +117,10 @@ resumes where it stopped, or, once done, reads only what was appended.`)
 	prog.Stop()
 	if ver != nil {
 		ver.finish(ctx)
+	}
+	if ierr := store.FinishIndexes(); ierr != nil {
+		// Every event and verdict is stored; only the indexes wait.
+		return fail("import", fmt.Errorf("%w; `archiver reprocess --index --data %s` builds them", ierr, c.data))
 	}
 	el := time.Since(start)
 	if unlisted > 0 {
