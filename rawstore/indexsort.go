@@ -64,6 +64,7 @@ type indexSort struct {
 	offs  []uint32 // where each starts in buf, unsorted
 	runs  []indexRun
 	seq   int
+	bytes int // of the keys spilled so far: what the tables will take, at most
 }
 
 type indexRun struct {
@@ -177,6 +178,7 @@ func (x *indexSort) spill() error {
 	if err != nil {
 		return err
 	}
+	x.bytes += len(x.buf)
 	x.offs, x.buf = x.offs[:0], x.buf[:0]
 	for level := 0; ; level++ {
 		var at []indexRun
@@ -227,7 +229,7 @@ func (x *indexSort) writeRun(what string, size, level int, next func() ([]byte, 
 		return f.Close()
 	})
 	if err != nil {
-		return fmt.Errorf("rawstore: index run %s: %w", path, err)
+		return fmt.Errorf("index run %s: %w", path, err)
 	}
 	x.runs = append(x.runs, indexRun{path: path, level: level})
 	return nil
@@ -253,7 +255,7 @@ func (x *indexSort) mergeRuns(runs []indexRun, level int) error {
 func (x *indexSort) remove(runs []indexRun) error {
 	for _, r := range runs {
 		if err := x.s.opts.FS.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("rawstore: remove index run: %w", err)
+			return fmt.Errorf("remove index run: %w", err)
 		}
 	}
 	return nil
@@ -263,7 +265,7 @@ func (x *indexSort) remove(runs []indexRun) error {
 // verdicts), and restores both marks at the end: every verdict from the
 // reset on is in the sort.
 func (x *indexSort) reset() error {
-	x.offs, x.buf = x.offs[:0], x.buf[:0]
+	x.offs, x.buf, x.bytes = x.offs[:0], x.buf[:0], 0
 	old := x.runs
 	x.runs = nil
 	x.marks = sortMarkIndexes | sortMarkDeletions
@@ -271,7 +273,8 @@ func (x *indexSort) reset() error {
 }
 
 // FinishIndexes builds the deferred index keys into tables, ingests them,
-// and restores the index marks DeferIndexes took down. Close calls it.
+// and restores the index marks DeferIndexes took down. Close calls it. A
+// build that fails ends the sort with the marks down.
 func (s *Store) FinishIndexes() error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
@@ -282,10 +285,13 @@ func (s *Store) FinishIndexes() error {
 	start := time.Now()
 	runs := len(x.runs)
 	s.opts.Logger.Debug("building the indexes from the verdicts' sorted keys", zap.Int("runs", runs+1))
+	s.isort = nil
 	if err := x.finish(); err != nil {
+		// Given up, not retried at Close: the marks stay down, and
+		// BuildIndexes covers every verdict the sort held.
+		_ = s.removeIndexRuns()
 		return fmt.Errorf("rawstore: build deferred indexes: %w", err)
 	}
-	s.isort = nil
 	s.opts.Logger.Debug("index keys built from sorted runs", zap.Int("runs", runs),
 		zap.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
 	return nil
@@ -312,7 +318,7 @@ func (x *indexSort) finish() error {
 			path := filepath.Join(s.opts.Dir, fmt.Sprintf("index-%06d.sst.tmp", len(paths)))
 			paths = append(paths, path)
 			written := 0
-			err := s.gate("write sorted index table", indexSortTable, func() error {
+			err := s.gate("write sorted index table", min(indexSortTable, x.bytes), func() error {
 				return s.writeFoldTable(path, func(set setFunc) error {
 					for written < indexSortTable {
 						k, err := m.next()
@@ -404,14 +410,14 @@ func (x *indexSort) openMerge(runs []indexRun) (*runMerge, error) {
 		f, err := x.s.opts.FS.Open(p)
 		if err != nil {
 			_ = m.close()
-			return nil, fmt.Errorf("rawstore: open index run: %w", err)
+			return nil, fmt.Errorf("open index run: %w", err)
 		}
 		m.files = append(m.files, f)
 		rr := &runReader{r: bufio.NewReaderSize(f, 32<<10)}
 		ok, err := rr.read()
 		if err != nil {
 			_ = m.close()
-			return nil, fmt.Errorf("rawstore: read index run %s: %w", p, err)
+			return nil, fmt.Errorf("read index run %s: %w", p, err)
 		}
 		if ok {
 			m.h = append(m.h, rr)
@@ -441,7 +447,7 @@ func (m *runMerge) next() ([]byte, error) {
 func (m *runMerge) advance() error {
 	ok, err := m.h[0].read()
 	if err != nil {
-		return fmt.Errorf("rawstore: read index run: %w", err)
+		return fmt.Errorf("read index run: %w", err)
 	}
 	if ok {
 		heap.Fix(&m.h, 0)
