@@ -1,13 +1,12 @@
 package rawstore_test
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
 
-	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
@@ -29,20 +28,7 @@ func TestIndexSortCutOff(t *testing.T) {
 	if err := s.DeferIndexes(); err != nil {
 		t.Fatal(err)
 	}
-	relay, err := s.RelayIndex("wss://cut-off.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &rawstore.Batch{Relay: relay}
-	for _, it := range fix.Items {
-		var id [32]byte
-		if !it.Frame && event.DecodeHex32(&id, []byte(it.ID)) == nil {
-			b.Events = append(b.Events, rawstore.Copy{ID: id, Raw: bytes.Clone(it.Raw)})
-		}
-	}
-	if _, err := s.Ingest(b); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Ingest(t, s, fix.Items)
 	verifyAll(t, s)
 	s.AbandonIndexSort()
 	if err := s.Close(); err != nil {

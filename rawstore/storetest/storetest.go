@@ -167,6 +167,14 @@ func Verified(t testing.TB, items []testrelay.Item) *rawstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	Ingest(t, s, items)
+	Verify(t, s)
+	return s
+}
+
+// Ingest stores the events of items (the frames left out) as one relay's.
+func Ingest(t testing.TB, s *rawstore.Store, items []testrelay.Item) {
+	t.Helper()
 	relay, err := s.RelayIndex("wss://fixture.example")
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +189,6 @@ func Verified(t testing.TB, items []testrelay.Item) *rawstore.Store {
 	if _, err := s.Ingest(b); err != nil {
 		t.Fatal(err)
 	}
-	Verify(t, s)
-	return s
 }
 
 // Verify verifies everything pending in s for real (lazyparse).
