@@ -275,22 +275,33 @@ func servedNothing(cs []RangeCoverage) bool {
 // checkRange compares c's held count with the relay's COUNT for [since,
 // until], paging the range again while it is short (a relay that drops
 // other events each pass is read whole by the passes together) and
-// counting again what the archive holds.
+// counting again what the archive holds. An approximate COUNT proves
+// nothing (the range stays paged), but one above what is held is paged
+// again like an exact one, and left unproven if it stays above.
 func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until, malformed int64) {
 	for {
-		n, ok := r.countEvents(ctx, since, until)
+		rc, ok := r.countEvents(ctx, since, until)
 		if !ok {
-			c.Why = "the relay's COUNT failed"
+			c.Why = whyCountFailed
 			return
 		}
+		n := rc.n
 		c.Count = n
 		if c.Held >= n {
-			c.Proof = ProofCount
+			if rc.proves() {
+				c.Proof = ProofCount
+			} else {
+				c.Why = whyCountApprox
+			}
 			return
 		}
 		if c.Repaged >= maxRepages {
+			about := ""
+			if !rc.proves() {
+				about = "about "
+			}
 			c.Proof = ProofUnproven
-			c.Why = fmt.Sprintf("the relay counts %d events, paging %d times yielded %d: it serves fewer than it holds", n, c.Repaged+1, c.Held)
+			c.Why = fmt.Sprintf("the relay counts %s%d events, paging %d times yielded %d: it serves fewer than it holds", about, n, c.Repaged+1, c.Held)
 			return
 		}
 		c.Repaged++

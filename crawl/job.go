@@ -149,8 +149,12 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) (int6
 	if !r.count {
 		return 0, false
 	}
-	total, ok := r.countEvents(ctx, since, until)
-	if !ok || total == 0 {
+	// An approximate count may be far below what the relay holds (a
+	// capped one is): "one page holds it all" would plan one shard over
+	// the whole range, so the plan is made by probes instead.
+	c, ok := r.countEvents(ctx, since, until)
+	total := c.n
+	if !ok || !c.proves() || total == 0 {
 		return 0, false
 	}
 	if total <= int64(r.limit) {
@@ -160,12 +164,12 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) (int6
 	}
 	total = 0
 	for _, sl := range timeSlices(since, until, countSlices) {
-		n, ok := r.countEvents(ctx, sl[0], sl[1])
-		if !ok {
+		c, ok := r.countEvents(ctx, sl[0], sl[1])
+		if !ok || !c.proves() {
 			return 0, false
 		}
-		r.density.ObserveCount(sl[0], sl[1], n)
-		total += n
+		r.density.ObserveCount(sl[0], sl[1], c.n)
+		total += c.n
 	}
 	return total, total > 0
 }

@@ -394,13 +394,13 @@ func (r *relayCrawl) full(n, frames int) bool {
 
 // possibleWall reports whether a short page of n distinct events, all in
 // second, may still have been cut: the relay's COUNT for the second says
-// more, or (without COUNT) the page is at least half a page.
+// more, or (without an exact COUNT) the page is at least half a page.
 func (r *relayCrawl) possibleWall(ctx context.Context, second int64, n int) bool {
 	if !r.count {
 		return r.substantial(n)
 	}
 	c, ok := r.countEvents(ctx, second, second)
-	return !ok && r.substantial(n) || ok && c > int64(n)
+	return ok && c.n > int64(n) || !(ok && c.proves()) && r.substantial(n)
 }
 
 // densityTop is the top of a page's span for the density estimate: an

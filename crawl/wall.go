@@ -32,11 +32,14 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 	w.full = full
 	noCount := "the relay answers no COUNT"
 	if r.count {
-		if n, ok := r.countEvents(ctx, second, second); ok {
-			w.count = n
-			w.plan.SetTotal(n)
-		} else {
-			noCount = "the relay's COUNT failed"
+		switch c, ok := r.countEvents(ctx, second, second); {
+		case !ok:
+			noCount = whyCountFailed
+		case !c.proves():
+			noCount = whyCountApprox + fmt.Sprintf(" (about %d)", c.n)
+		default:
+			w.count = c.n
+			w.plan.SetTotal(c.n)
 		}
 	}
 	var methods []string
@@ -279,12 +282,31 @@ func (w *wallRun) observe(raw []byte) {
 	}
 }
 
+// relayCount is a relay's NIP-45 COUNT for a range.
+type relayCount struct {
+	n int64
+	// approximate: the relay says n is not exact (NIP-45 "approximate",
+	// strfry's "limited"; archiver serve past its cap). It may be below
+	// what the relay holds: it sizes plans and never proves a range or a
+	// wall.
+	approximate bool
+}
+
+// proves reports whether c may prove what is held against it.
+func (c relayCount) proves() bool { return !c.approximate }
+
+// whyNoCount is why a range or wall had no count to be proven by.
+const (
+	whyCountFailed = "the relay's COUNT failed"
+	whyCountApprox = "the relay's COUNT is approximate"
+)
+
 // countEvents asks the relay's NIP-45 COUNT how many events [since, until]
 // holds. A NOTICE, a timeout, a lost connection or a rate limit is
 // retried, as a page would be, up to countAttempts times; ok is false when
 // the relay gave no count (it refused COUNT, or kept failing), and the
 // caller does without. A failed COUNT never ends the crawl.
-func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int64, ok bool) {
+func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (c relayCount, ok bool) {
 	fj := r.jobFilter(&since, &until, 0)
 	if until == shard.OpenTop {
 		fj.Until = nil
@@ -293,16 +315,16 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 	for failures := 0; ; {
 		pc, err := r.conns.acquire(ctx)
 		if err != nil {
-			return 0, false
+			return c, false
 		}
 		page, err := pc.c.Count(ctx, f, r.c.opts.PageTimeout)
 		r.conns.release(pc)
 		if err != nil {
-			return 0, false
+			return c, false
 		}
 		switch page.End {
 		case relayconn.EndEOSE:
-			return page.Count, true
+			return relayCount{n: page.Count, approximate: page.CountApproximate}, true
 		case relayconn.EndClosed:
 			act, _ := classify(page.Reason)
 			if act == actAuth && r.c.opts.AuthKeys.For(r.url) != nil && !page.SentAuthed {
@@ -314,7 +336,7 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 				}
 			}
 			if act != actBackoff {
-				return 0, false
+				return c, false
 			}
 			r.refusal("rate-limited", adaptive.RateLimited)
 		default:
@@ -324,7 +346,7 @@ func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (n int
 		r.log.Debug("COUNT failed; retrying", zap.Int64("since", since), zap.Int64("until", until),
 			zap.Stringer("end", page.End), zap.String("reason", page.Reason), zap.Int("attempt", failures))
 		if failures >= countAttempts || r.c.backoff(ctx, failures) != nil {
-			return 0, false
+			return c, false
 		}
 	}
 }

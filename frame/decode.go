@@ -84,7 +84,14 @@ func (m *Msg) setArgs(text string, args []json.RawMessage) error {
 		}
 		seen := false
 		err := topLevel(args[1], func(key string, val []byte) error {
-			if key != "count" {
+			switch key {
+			case "approximate", "limited":
+				// Any value but false (or null, which is absent) is taken
+				// as not exact: that side never proves a range it should not.
+				m.Approximate = m.Approximate || string(val) != "false" && string(val) != "null"
+				return nil
+			case "count":
+			default:
 				return nil
 			}
 			if seen {

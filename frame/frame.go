@@ -74,7 +74,7 @@ func (l Label) String() string {
 //	Notice  Message
 //	Auth    Message (the challenge)
 //	OK      ID, Accepted, Message ("" if the relay sent none)
-//	Count   SubID, Count
+//	Count   SubID, Count, Approximate
 //	NegMsg  SubID, Message (the hex-encoded negentropy message)
 //	NegErr  SubID, Message (the reason; further elements are ignored)
 //	Unknown Message (the label text itself; other elements are ignored)
@@ -94,7 +94,12 @@ type Msg struct {
 	CreatedAt int64
 	Message   string
 	Count     int64
-	Accepted  bool
+	// Approximate marks a COUNT the relay says is not exact: NIP-45's
+	// "approximate" (a probabilistic count, or one cut off at a cap, as
+	// archiver serve's is) or strfry's "limited". Such a count may be
+	// below what the relay holds, so it sizes plans and proves nothing.
+	Approximate bool
+	Accepted    bool
 }
 
 var (

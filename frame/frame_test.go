@@ -214,8 +214,15 @@ var otherCases = []parseCase{
 	{name: "OK accepted", frame: `["OK","` + id1 + `",true,""]`, want: Msg{Label: OK, ID: mustHex32(id1), Accepted: true}},
 	{name: "OK refused", frame: `["OK","` + id1 + `",false,"duplicate: have it"]`,
 		want: Msg{Label: OK, ID: mustHex32(id1), Message: "duplicate: have it"}},
-	{name: "COUNT", frame: `["COUNT","c1",{"count":238,"approximate":true,"hll":"00ff"}]`,
+	{name: "COUNT", frame: `["COUNT","c1",{"count":238}]`, want: Msg{Label: Count, SubID: "c1", Count: 238}},
+	{name: "COUNT exact", frame: `["COUNT","c1",{"count":238,"approximate":false,"limited":null}]`,
 		want: Msg{Label: Count, SubID: "c1", Count: 238}},
+	{name: "COUNT approximate", frame: `["COUNT","c1",{"count":238,"approximate":true,"hll":"00ff"}]`,
+		want: Msg{Label: Count, SubID: "c1", Count: 238, Approximate: true}},
+	{name: "COUNT strfry limited", frame: `["COUNT","c1",{"limited":true,"count":1000000}]`,
+		want: Msg{Label: Count, SubID: "c1", Count: 1000000, Approximate: true}},
+	{name: "COUNT approximate not a boolean", frame: `["COUNT","c1",{"count":5,"approximate":"yes"}]`,
+		want: Msg{Label: Count, SubID: "c1", Count: 5, Approximate: true}},
 	{name: "NEG-MSG", frame: `["NEG-MSG","n1","6100000200"]`, want: Msg{Label: NegMsg, SubID: "n1", Message: "6100000200"}},
 	{name: "NEG-ERR with strfry limit", frame: `["NEG-ERR","n1","blocked: too many query results",1000000]`,
 		want: Msg{Label: NegErr, SubID: "n1", Message: "blocked: too many query results"}},
@@ -271,7 +278,7 @@ func TestParse(t *testing.T) {
 
 func msgEqual(a, b Msg) bool {
 	return a.Label == b.Label && a.SubID == b.SubID && a.ID == b.ID && a.CreatedAt == b.CreatedAt &&
-		a.Message == b.Message && a.Count == b.Count && a.Accepted == b.Accepted &&
+		a.Message == b.Message && a.Count == b.Count && a.Approximate == b.Approximate && a.Accepted == b.Accepted &&
 		bytes.Equal(a.Raw, b.Raw) && (a.Raw == nil) == (b.Raw == nil)
 }
 

@@ -66,7 +66,10 @@ type Page struct {
 	End       EndKind
 	Reason    string // CLOSED / NOTICE text
 	Count     int64  // COUNT answers
-	Latency   time.Duration
+	// CountApproximate: the relay says Count is not exact (see
+	// frame.Msg.Approximate).
+	CountApproximate bool
+	Latency          time.Duration
 	// SentAuthed: the REQ went out after the relay had accepted our
 	// NIP-42 AUTH, so an auth-required answer is not for want of it.
 	SentAuthed bool
@@ -620,7 +623,7 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		}
 	case m.Label == frame.Count:
 		if s != nil {
-			s.page.Count = m.Count
+			s.page.Count, s.page.CountApproximate = m.Count, m.Approximate
 			c.finishLocked(s, EndEOSE, "")
 		}
 	case m.Label == frame.Notice:

@@ -79,6 +79,11 @@ type Options struct {
 	// relay, apart from REQs): a relay whose COUNT fails now and then.
 	CountNoticeEvery int
 
+	// CountCap caps each COUNT answer at this many events and marks a
+	// capped answer "approximate": true, as archiver serve does past its
+	// --max-count (strfry says "limited"). 0 means no cap.
+	CountCap int
+
 	// AuthRequired sends ["AUTH",challenge] on connect and refuses REQ and
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a
 	// valid NIP-42 kind-22242 event for that challenge.
@@ -267,8 +272,8 @@ func (o Options) Validate() error {
 		return bad("DropEvery %d < 0", o.DropEvery)
 	case o.NoticeOnlyEvery < 0:
 		return bad("NoticeOnlyEvery %d < 0", o.NoticeOnlyEvery)
-	case o.CountNoticeEvery < 0:
-		return bad("CountNoticeEvery %d < 0", o.CountNoticeEvery)
+	case o.CountNoticeEvery < 0 || o.CountCap < 0:
+		return bad("CountNoticeEvery %d and CountCap %d must not be negative", o.CountNoticeEvery, o.CountCap)
 	case o.Latency < 0:
 		return bad("Latency %v < 0", o.Latency)
 	case o.PageWorkers < 0:
