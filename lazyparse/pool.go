@@ -47,18 +47,16 @@ type Options struct {
 	// Idle is how long Run sleeps when the queue is empty and nobody
 	// calls Notify; default 200ms.
 	Idle time.Duration
-	// ScanFraction: Drain reads the backlog in key order when at least
-	// this fraction of the stored ids is pending; default
-	// DefaultScanFraction.
-	ScanFraction float64
 	// OnJudged, if set, sees each judged batch (items with their bytes,
 	// verdicts) on the pool's loop, e.g. to find relay URLs in the valid
 	// events. It must be quick and must not keep the slices.
 	OnJudged func(items []rawstore.Pending, vs []rawstore.Verdict)
 }
 
-// DefaultScanFraction is Options.ScanFraction's default.
-const DefaultScanFraction = 0.125
+// unqueuedFraction is the share of an archive's ids pending from which a
+// run that verifies nothing leaves its copies out of the queue (see
+// ScannedLater).
+const unqueuedFraction = 0.125
 
 func (o *Options) setDefaults() {
 	if o.Workers == 0 {
@@ -76,9 +74,6 @@ func (o *Options) setDefaults() {
 	if o.Idle == 0 {
 		o.Idle = 200 * time.Millisecond
 	}
-	if o.ScanFraction == 0 {
-		o.ScanFraction = DefaultScanFraction
-	}
 }
 
 // Validate reports the first bad option.
@@ -90,8 +85,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("lazyparse: Workers %d < 1", o.Workers)
 	case o.BatchSize < 1:
 		return fmt.Errorf("lazyparse: BatchSize %d < 1", o.BatchSize)
-	case !(o.ScanFraction > 0):
-		return fmt.Errorf("lazyparse: ScanFraction %v <= 0", o.ScanFraction)
 	}
 	return nil
 }
@@ -197,41 +190,34 @@ func (p *Pool) Run(ctx context.Context) error {
 }
 
 // Drain verifies every pending copy (or until ctx is done) and returns
-// how many copies it judged. A large backlog (at least ScanFraction of the
-// stored ids) is read in key order (rawstore.ScanPending: sequential
-// reads, excluding ingest meanwhile); the rest, and a small backlog, from
-// the queue.
+// how many copies it judged: those in no queue entry (NeedsScan) by a
+// key-order scan, the rest from the queue (rawstore.DrainQueue: the
+// bodies in the order they were stored, a run at a time). The queue is
+// taken however large the backlog: key order reads the bodies at random,
+// one at a time (BenchmarkDrain in rawstore).
 func (p *Pool) Drain(ctx context.Context) (int, error) {
 	total := 0
-	st, err := p.opts.Store.Stats()
-	if err != nil {
-		return 0, err
-	}
-	if p.opts.Store.NeedsScan() || st.Pending > 0 && float64(st.Pending) >= p.opts.ScanFraction*float64(st.Events) {
+	if p.opts.Store.NeedsScan() {
 		n, err := p.scan(ctx)
 		total += n
 		if err != nil {
 			return total, err
 		}
 	}
-	var from uint64 // from the start: Run may have left copies behind
-	for ctx.Err() == nil {
-		n, _, err := p.step(&from, true)
-		total += n
-		if err != nil || n == 0 {
-			return total, err
-		}
-	}
-	return total, ctx.Err()
+	// From the start: Run may have left copies behind.
+	n, err := p.opts.Store.DrainQueue(ctx, p.opts.BatchSize, p.judgeBatch)
+	return total + n, backlogErr(ctx, "verify the queue", err)
 }
 
-// ScannedLater reports whether the backlog of store will be verified in
-// key order (rawstore.ScanPending) however many copies are added to it
-// unverified: Drain, with the default ScanFraction, reads it so once
-// the pending copies are that share of the stored ids, and Run does when
-// the store NeedsScan; copies added unverified only raise the share. A
-// crawl that verifies nothing can then leave its copies out of the queue
-// (rawstore.Store.LeaveUnqueued), which nobody would read.
+// ScannedLater reports whether a run that verifies nothing should leave
+// the copies it stores out of the queue (rawstore.Store.LeaveUnqueued):
+// when the store already NeedsScan, or when at least unqueuedFraction of
+// its ids is pending, a backlog that one key-order scan (which reads
+// every id) may as well verify. Their queue entries would cost the run
+// ~0.8 µs per copy (docs/PERFORMANCE.md, session 27); the scan reads the
+// bodies at random where the queue reads them in runs. Either way every
+// copy is verified: LeaveUnqueued makes the store NeedsScan, which Drain
+// and Run honour.
 func ScannedLater(store *rawstore.Store) (bool, error) {
 	if store.NeedsScan() {
 		return true, nil
@@ -240,28 +226,35 @@ func ScannedLater(store *rawstore.Store) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return float64(st.Pending) >= DefaultScanFraction*float64(st.Events), nil
+	return float64(st.Pending) >= unqueuedFraction*float64(st.Events), nil
+}
+
+// judgeBatch is the rawstore.Judge of a drain or a scan.
+func (p *Pool) judgeBatch(items []rawstore.Pending, vs []rawstore.Verdict) error {
+	p.alive.Store(time.Now().UnixNano())
+	start := time.Now()
+	p.judge(items, vs)
+	p.observe(vs, start)
+	p.judged(items, vs)
+	return nil
 }
 
 // scan judges the pending copies in key order (rawstore.ScanPending).
 func (p *Pool) scan(ctx context.Context) (int, error) {
-	n, err := p.opts.Store.ScanPending(ctx, p.opts.BatchSize, func(items []rawstore.Pending, vs []rawstore.Verdict) error {
-		p.alive.Store(time.Now().UnixNano())
-		start := time.Now()
-		if err := p.judge(items, vs, false); err != nil {
-			return err
-		}
-		p.observe(vs, start)
-		p.judged(items, vs)
-		return nil
-	})
+	n, err := p.opts.Store.ScanPending(ctx, p.opts.BatchSize, p.judgeBatch)
+	return n, backlogErr(ctx, "verify in key order", err)
+}
+
+// backlogErr is what a pass through the backlog returns: nil, ctx's
+// error if it was stopped, or err naming the pass.
+func backlogErr(ctx context.Context, pass string, err error) error {
 	switch {
 	case err == nil:
-		return n, nil
+		return nil
 	case ctx.Err() != nil:
-		return n, ctx.Err()
+		return ctx.Err()
 	default:
-		return n, fmt.Errorf("lazyparse: verify in key order: %w", err)
+		return fmt.Errorf("lazyparse: %s: %w", pass, err)
 	}
 }
 
@@ -286,10 +279,13 @@ func (p *Pool) step(cursor *uint64, full bool) (judged, deferred int, err error)
 		items = ready
 	}
 	start := time.Now()
-	verdicts := make([]rawstore.Verdict, len(items))
-	if err := p.judge(items, verdicts, full); err != nil {
-		return 0, 0, err
+	if full {
+		if err := p.opts.Store.LoadAll(items); err != nil {
+			return 0, 0, fmt.Errorf("lazyparse: load queued copies: %w", err)
+		}
 	}
+	verdicts := make([]rawstore.Verdict, len(items))
+	p.judge(items, verdicts)
 	if err := p.opts.Store.Apply(items, verdicts); err != nil {
 		return 0, 0, fmt.Errorf("lazyparse: apply verdicts: %w", err)
 	}
@@ -314,11 +310,8 @@ func (p *Pool) observe(vs []rawstore.Verdict, start time.Time) {
 // judge fills verdicts[i] for items[i]. The workers take chunks of
 // JudgeChunk items in turn until none is left, so one descheduled worker
 // (the store's reader and compactions share the cores) does not leave the
-// others idle at the end of the batch. With load, each worker first reads
-// its items' bytes (random reads cost as much as a parse, so they spread
-// too).
-func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load bool) error {
-	errs := make([]error, len(p.judges))
+// others idle at the end of the batch.
+func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < len(p.judges) && w*JudgeChunk < len(items); w++ {
@@ -331,23 +324,11 @@ func (p *Pool) judge(items []rawstore.Pending, verdicts []rawstore.Verdict, load
 					return
 				}
 				hi := min(lo+JudgeChunk, len(items))
-				if load {
-					for i := lo; i < hi; i++ {
-						if err := p.opts.Store.Load(&items[i]); err != nil {
-							errs[w] = err
-							return
-						}
-					}
-				}
 				p.judges[w].Run(items[lo:hi], verdicts[lo:hi])
 			}
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("lazyparse: load queued copies: %w", err)
-	}
-	return nil
 }
 
 // JudgeChunk is what a worker takes at a time: two of bip340's 64-signature

@@ -42,9 +42,10 @@ type Judge func(items []Pending, vs []Verdict) error
 
 // ScanPending judges every pending copy in key order, primary copies
 // first, then alternates, batch copies at a time, and returns how many it
-// judged. Reading in key order reads the event bodies sequentially, where
-// the queue order (NextPending) reads them at random: it is how a large
-// backlog (`archiver reprocess`, a crawl's final drain) is verified.
+// judged. It finds the copies no queue entry names (NeedsScan: after
+// ResetVerdicts, `reprocess --all`, or a run that LeaveUnqueued), at the
+// cost of reading their bodies at random, one read each: the queue
+// (DrainQueue) reads them in the order they were stored, in runs.
 //
 // It excludes Ingest while it runs, so it is for an archive nobody is
 // crawling into. Interrupted (ctx, error, crash), it leaves the archive
@@ -96,9 +97,8 @@ func (s *Store) ScanPending(ctx context.Context, batch int, judge Judge) (int, e
 }
 
 // scanPass walks the keys under prefix, pending() choosing what to judge.
-// A reader goroutine fills the next batch while judge works on the current
-// one, so the reads overlap the verification. The iterators' snapshot is
-// the pass's start: what Apply writes meanwhile is behind them.
+// The iterators' snapshot is the pass's start: what Apply writes
+// meanwhile is behind them.
 func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byte, pending func(it, vit *pebble.Iterator, p *Pending) bool) (int, error) {
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
@@ -109,41 +109,87 @@ func (s *Store) scanPass(ctx context.Context, batch int, judge Judge, prefix byt
 		it.Close()
 		return 0, err
 	}
+	return s.judgeBatches(ctx, judge, func(send func([]Pending) bool) error {
+		it.First()
+		vit.First()
+		items := make([]Pending, 0, batch)
+		for p := (Pending{}); pending(it, vit, &p); p = (Pending{}) {
+			if items = append(items, p); len(items) == batch {
+				if !send(items) {
+					break
+				}
+				items = make([]Pending, 0, batch)
+			}
+		}
+		if len(items) > 0 {
+			send(items)
+		}
+		return errors.Join(it.Error(), vit.Error(), it.Close(), vit.Close())
+	})
+}
+
+// DrainQueue judges the queued copies (NextPending) in queue order,
+// batch copies at a time, until the queue is empty, and returns how many
+// it judged. Queue order is the order the copies were stored in, which is
+// the log's: each batch's bodies are read in a few runs (LoadAll), where
+// key order (ScanPending) reads one body at a time at random. Unlike
+// ScanPending it does not exclude Ingest; what is queued meanwhile is
+// judged too.
+func (s *Store) DrainQueue(ctx context.Context, batch int, judge Judge) (int, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("rawstore: drain batch %d < 1", batch)
+	}
+	var cursor uint64
+	total := 0
+	for {
+		// A verdict may queue a copy behind the reader (a promoted
+		// alternate's old primary): pass again until one finds nothing.
+		n, err := s.judgeBatches(ctx, judge, func(send func([]Pending) bool) error {
+			for {
+				items, err := s.NextPending(cursor, batch)
+				if err != nil || len(items) == 0 {
+					return err
+				}
+				cursor = items[len(items)-1].Seq
+				if err := s.LoadAll(items); err != nil {
+					return err
+				}
+				if !send(items) {
+					return nil
+				}
+			}
+		})
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// judgeBatches judges the batches read() sends and applies their
+// verdicts, in order. read runs on its own goroutine, a batch ahead, so
+// reads overlap the verification, and a batch's verdicts are applied
+// while the next batch is judged: the judge uses every core, the apply
+// one, and in turn they left the other cores idle for a third of a scan.
+// send reports false once the caller stops taking batches.
+func (s *Store) judgeBatches(ctx context.Context, judge Judge, read func(send func([]Pending) bool) error) (int, error) {
 	batches := make(chan []Pending, 1) // one batch read ahead
 	stop := make(chan struct{})
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(batches)
-		err := func() error {
-			it.First()
-			vit.First()
-			items := make([]Pending, 0, batch)
-			for p := (Pending{}); pending(it, vit, &p); p = (Pending{}) {
-				if items = append(items, p); len(items) == batch {
-					select {
-					case batches <- items:
-					case <-stop:
-						return nil
-					}
-					items = make([]Pending, 0, batch)
-				}
+		readErr <- read(func(items []Pending) bool {
+			select {
+			case batches <- items:
+				return true
+			case <-stop:
+				return false
 			}
-			if len(items) > 0 {
-				select {
-				case batches <- items:
-				case <-stop:
-				}
-			}
-			return errors.Join(it.Error(), vit.Error())
-		}()
-		readErr <- errors.Join(err, it.Close(), vit.Close())
+		})
 	}()
 
 	n := 0
-	err = func() (err error) {
-		// A batch's verdicts are applied while the next batch is judged:
-		// the judge uses every core, the apply one, and in turn they left
-		// the other cores idle for a third of the scan.
+	err := func() (err error) {
 		var applying chan error
 		wait := func() error {
 			if applying == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -59,35 +60,52 @@ func archiveState(t *testing.T, s *Store) (Stats, map[[32]byte]string, map[strin
 	return mustStats(t, s), valid, quar
 }
 
-func TestScanPendingMatchesQueue(t *testing.T) {
-	for seed := range uint64(4) {
-		queued, scanned := openTest(t), openTest(t)
-		mixedArchive(t, queued, seed)
-		mixedArchive(t, scanned, seed)
-		drain(t, queued, judgeByContent)
-		pending := mustStats(t, scanned).Pending
-		n, err := scanned.ScanPending(context.Background(), 7, judgeAll)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n < int(pending) {
-			t.Fatalf("seed %d: scan judged %d copies, %d ids were pending", seed, n, pending)
-		}
-		// What the scan's own verdicts queued (a promoted alternate's old
-		// primary) is left to the queue.
-		drain(t, scanned, judgeByContent)
-		wantSt, wantValid, wantQuar := archiveState(t, queued)
-		gotSt, gotValid, gotQuar := archiveState(t, scanned)
-		if fmt.Sprint(gotSt) != fmt.Sprint(wantSt) || !maps.Equal(gotValid, wantValid) || !maps.Equal(gotQuar, wantQuar) {
-			t.Fatalf("seed %d: scan gives\n%+v, %d valid, quarantine %v\nqueue gives\n%+v, %d valid, quarantine %v",
-				seed, gotSt, len(gotValid), gotQuar, wantSt, len(wantValid), wantQuar)
-		}
-		if gotSt.Pending != 0 || gotSt.Valid+gotSt.Invalid != gotSt.Events || len(gotValid) == 0 || len(gotQuar) == 0 {
-			t.Fatalf("seed %d: archive not fully judged or trivial: %+v", seed, gotSt)
-		}
-		if items, _ := scanned.NextPending(0, 10); len(items) != 0 {
-			t.Fatalf("seed %d: %d queue entries left after the scan", seed, len(items))
-		}
+// Both ways through a backlog (key order, and the queue in batches read
+// ahead in runs with verdicts applied behind the judge) end where the
+// queue taken one copy at a time does, over every state a copy can be in.
+func TestBacklogMatchesQueue(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		run  func(s *Store) (int, error)
+		// requeued: what the run's own verdicts queue (a promoted
+		// alternate's old primary) is left to the queue.
+		requeued bool
+	}{
+		{"ScanPending", func(s *Store) (int, error) { return s.ScanPending(ctx, 7, judgeAll) }, true},
+		{"DrainQueue", func(s *Store) (int, error) { return s.DrainQueue(ctx, 7, judgeAll) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(4) {
+				want, got := openTest(t), openTest(t)
+				mixedArchive(t, want, seed)
+				mixedArchive(t, got, seed)
+				drain(t, want, judgeByContent)
+				pending := mustStats(t, got).Pending
+				n, err := tc.run(got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n < int(pending) {
+					t.Fatalf("seed %d: judged %d copies, %d ids were pending", seed, n, pending)
+				}
+				if tc.requeued {
+					drain(t, got, judgeByContent)
+				}
+				wantSt, wantValid, wantQuar := archiveState(t, want)
+				gotSt, gotValid, gotQuar := archiveState(t, got)
+				if fmt.Sprint(gotSt) != fmt.Sprint(wantSt) || !maps.Equal(gotValid, wantValid) || !maps.Equal(gotQuar, wantQuar) {
+					t.Fatalf("seed %d: %s gives\n%+v, %d valid, quarantine %v\nthe queue one at a time gives\n%+v, %d valid, quarantine %v",
+						seed, tc.name, gotSt, len(gotValid), gotQuar, wantSt, len(wantValid), wantQuar)
+				}
+				if gotSt.Pending != 0 || gotSt.Valid+gotSt.Invalid != gotSt.Events || len(gotValid) == 0 || len(gotQuar) == 0 {
+					t.Fatalf("seed %d: archive not fully judged or trivial: %+v", seed, gotSt)
+				}
+				if items, _ := got.NextPending(0, 10); len(items) != 0 {
+					t.Fatalf("seed %d: %d queue entries left", seed, len(items))
+				}
+			}
+		})
 	}
 }
 
@@ -199,5 +217,50 @@ func TestUnqueuedCopiesScannedAfterCrash(t *testing.T) {
 	}
 	if gotSt.Pending != 0 || s.NeedsScan() {
 		t.Fatalf("after the scan: %d pending, NeedsScan %v", gotSt.Pending, s.NeedsScan())
+	}
+}
+
+// LoadAll reads what Load reads, copy for copy: primaries (in runs, the
+// batch out of log order), alternates, and an id queued twice.
+func TestLoadAllMatchesLoad(t *testing.T) {
+	s := openTest(t)
+	mixedArchive(t, s, 7)
+	items, err := s.NextPending(0, 1<<20)
+	if err != nil || len(items) < 100 {
+		t.Fatalf("%d queued, %v", len(items), err)
+	}
+	alternates := 0
+	for _, p := range items {
+		if p.Variant != nil {
+			alternates++
+		}
+	}
+	if alternates == 0 {
+		t.Fatal("no alternate queued: the test would not cover them")
+	}
+	// Shuffled, and one primary twice.
+	batch := slices.Clone(items)
+	rand.New(rand.NewPCG(7, 7)).Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+	for _, p := range items {
+		if p.Variant == nil {
+			batch = append(batch, p)
+			break
+		}
+	}
+	want := slices.Clone(batch)
+	for i := range want {
+		if err := s.Load(&want[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.LoadAll(batch); err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		g, w := batch[i], want[i]
+		if w.Raw == nil || string(g.Raw) != string(w.Raw) || g.Relay != w.Relay || g.Seen != w.Seen {
+			t.Fatalf("copy %d (%x, variant %x): LoadAll %q relay %d seen %d, Load %q relay %d seen %d",
+				i, g.ID[:4], g.Variant, g.Raw, g.Relay, g.Seen, w.Raw, w.Relay, w.Seen)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package rawstore
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -100,6 +101,48 @@ func (s *Store) Load(p *Pending) error {
 	p.Relay, p.Raw, err = s.decodeEvent(key, v)
 	p.Seen = eventSeen(v)
 	return err
+}
+
+// LoadAll is Load for a batch of queued copies: those in memory are
+// taken from there, and the primary copies' bodies are read from the log
+// in log order, a run of neighbours at a time. A queue holds copies in
+// the order they were stored, so a batch costs a few reads where Load
+// costs one per copy, each missing the page cache (the log is written
+// around it). Alternates are loaded one by one. The first copy that
+// cannot be read back is returned as its *CorruptError.
+func (s *Store) LoadAll(items []Pending) error {
+	var keys [][]byte
+	at := make(map[[32]byte]int, len(items))
+	for i := range items {
+		p := &items[i]
+		if s.LoadHot(p) {
+			continue
+		}
+		if p.Variant != nil {
+			if err := s.Load(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, twice := at[p.ID]; twice {
+			if err := s.Load(p); err != nil {
+				return err
+			}
+			continue
+		}
+		keys = append(keys, eventKey(&p.ID))
+		at[p.ID] = i
+	}
+	var damaged error
+	err := s.readStored(keys, func(k, v, raw []byte, err error) {
+		if err != nil {
+			damaged = cmp.Or(damaged, err)
+			return
+		}
+		p := &items[at[[32]byte(k[1:])]]
+		p.Relay, p.Raw, p.Seen = binary.BigEndian.Uint32(v[1:5]), append([]byte(nil), raw...), eventSeen(v)
+	})
+	return cmp.Or(err, damaged)
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and

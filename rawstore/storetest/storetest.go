@@ -84,24 +84,8 @@ func FillWith(t testing.TB, o rawstore.Options, url string, n int) map[[32]byte]
 // DrainQueue judges everything queued with AllValid.
 func DrainQueue(t testing.TB, s *rawstore.Store) {
 	t.Helper()
-	for {
-		items, err := s.NextPending(0, 500)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(items) == 0 {
-			return
-		}
-		for i := range items {
-			if err := s.Load(&items[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		vs := make([]rawstore.Verdict, len(items))
-		_ = AllValid(items, vs)
-		if err := s.Apply(items, vs); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := s.DrainQueue(context.Background(), 500, AllValid); err != nil {
+		t.Fatal(err)
 	}
 }
 
