@@ -108,24 +108,28 @@ func (s *Store) Load(p *Pending) error {
 // in log order, a run of neighbours at a time. A queue holds copies in
 // the order they were stored, so a batch costs a few reads where Load
 // costs one per copy, each missing the page cache (the log is written
-// around it). Alternates are loaded one by one. The first copy that
-// cannot be read back is returned as its *CorruptError.
+// around it). Alternates are loaded one by one.
+//
+// A copy that cannot be read back is skipped as ScanPending skips it:
+// noted as damage (Damage), its Raw left nil, so that Apply drops its
+// queue entry and it stays pending for `archiver repair` to fetch again.
+// Only an error reading the store (not a damaged record) is returned.
 func (s *Store) LoadAll(items []Pending) error {
 	var keys [][]byte
 	at := make(map[[32]byte]int, len(items))
+	load := func(p *Pending) error {
+		if err := s.Load(p); err != nil && !s.noteDamage(err) {
+			return err
+		}
+		return nil
+	}
 	for i := range items {
 		p := &items[i]
 		if s.LoadHot(p) {
 			continue
 		}
-		if p.Variant != nil {
-			if err := s.Load(p); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, twice := at[p.ID]; twice {
-			if err := s.Load(p); err != nil {
+		if _, twice := at[p.ID]; twice || p.Variant != nil {
+			if err := load(p); err != nil {
 				return err
 			}
 			continue
@@ -133,16 +137,20 @@ func (s *Store) LoadAll(items []Pending) error {
 		keys = append(keys, eventKey(&p.ID))
 		at[p.ID] = i
 	}
-	var damaged error
+	var failed error
 	err := s.readStored(keys, func(k, v, raw []byte, err error) {
-		if err != nil {
-			damaged = cmp.Or(damaged, err)
-			return
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			// readStored noted it.
+		case err != nil:
+			failed = cmp.Or(failed, err)
+		default:
+			p := &items[at[[32]byte(k[1:])]]
+			p.Relay, p.Raw, p.Seen = binary.BigEndian.Uint32(v[1:5]), append([]byte(nil), raw...), eventSeen(v)
 		}
-		p := &items[at[[32]byte(k[1:])]]
-		p.Relay, p.Raw, p.Seen = binary.BigEndian.Uint32(v[1:5]), append([]byte(nil), raw...), eventSeen(v)
 	})
-	return cmp.Or(err, damaged)
+	return cmp.Or(err, failed)
 }
 
 // Apply records verdicts (vs[i] judges items[i]) in one atomic batch and
