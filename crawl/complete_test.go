@@ -123,6 +123,15 @@ func TestCompleteness(t *testing.T) {
 		{name: "pages always drop some events, NIP-77 finds them", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true, NIP77: true},
 			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
+		// The same relay building each NIP-77 set from the range's newest
+		// 20 events only (khatru over eventstore's MaxLimit): before, every
+		// range was "reconciled over NIP-77", drained, and the dropped
+		// events older than each range's newest 20 were lost. A set that
+		// lacks events the relay serves by id is asked for again in
+		// smaller windows.
+		{name: "pages always drop some events, NIP-77 set cut short", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
+			relay:  testrelay.Options{MaxLimit: 200, SupportCount: true, OmitEvery: 50, OmitForever: true, NIP77: true, NegCut: 20},
+			finish: crawl.FinishDrained, proof: crawl.ProofNIP77},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,6 +157,56 @@ func negFilter(b bounds, since, until int64) []byte {
 // maxUntil stands for "no upper bound" in NIP-77 windows.
 const maxUntil = int64(1<<63 - 1)
 
+// negCutProbe is how many of the ids a relay's NIP-77 set lacked are
+// asked for by id to tell a set cut short from one that is whole.
+const negCutProbe = 20
+
+// negCut reports whether the relay's NIP-77 set lacked events it still
+// serves over REQ: up to negCutProbe of the ids it said it lacks (have),
+// those it served us itself first, spread over the range, are asked for
+// by id. One served means the set was cut short, and a reconciliation
+// with it proves nothing: khatru builds the set with QueryEvents, which
+// eventstore's backends cap at their MaxLimit (500 by default) when the
+// filter names no limit, so it holds a range's newest events only. An
+// honest relay serves none of them (they are other relays' events, or
+// ones it deleted or replaced since). What the relay sends is stored.
+func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, have [][32]byte, idle time.Duration) (served, asked int, err error) {
+	if len(have) == 0 {
+		return 0, 0, nil
+	}
+	var own, others [][32]byte
+	for _, id := range have {
+		srcs, err := store.Sources(id)
+		if err != nil {
+			return 0, 0, err
+		}
+		if slices.Contains(srcs, relay) {
+			own = append(own, id)
+		} else {
+			others = append(others, id)
+		}
+	}
+	probe := spread(own, negCutProbe)
+	probe = append(probe, spread(others, negCutProbe-len(probe))...)
+	missing, _, err := fetchIDs(ctx, c, store, relay, probe, len(probe), 1, idle)
+	return len(probe) - len(missing), len(probe), err
+}
+
+// spread returns at most n of ids, evenly spaced (all if they are fewer).
+func spread(ids [][32]byte, n int) [][32]byte {
+	if n <= 0 {
+		return nil
+	}
+	if len(ids) <= n {
+		return ids
+	}
+	out := make([][32]byte, n)
+	for i := range out {
+		out[i] = ids[i*len(ids)/n]
+	}
+	return out
+}
+
 // negWall proves or completes one wall second over NIP-77 (negRange).
 func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, fetched int, err error) {
 	return r.negRange(ctx, second, second)
@@ -164,9 +215,15 @@ func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, 
 // negRange proves or completes [since, until] (until shard.OpenTop: no
 // upper bound) over NIP-77: it reconciles the archive's ids of the range
 // with the relay's, fetches what is missing, and reports whether the
-// range is now held in full.
+// range is now held in full. A relay whose set proves cut short (negCut)
+// is asked again for smaller windows, as Sync does, until each set is
+// whole or a window is a single second.
 func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete bool, fetched int, err error) {
-	items, err := localItems(ctx, r.c.opts.Store, since, until)
+	top := until
+	if until == shard.OpenTop {
+		top = maxUntil
+	}
+	items, err := localItems(ctx, r.c.opts.Store, since, top)
 	if err != nil {
 		return false, 0, err
 	}
@@ -175,20 +232,44 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 		return false, 0, err
 	}
 	defer r.conns.release(pc)
-	top := &until
-	if until == shard.OpenTop {
-		top = nil
+	complete = true
+	for todo := []window{{since: since, until: top}}; len(todo) > 0; {
+		w := todo[0]
+		todo = todo[1:]
+		lo, hi := itemsIn(items, w.since, w.until)
+		wTop := &w.until
+		if w.until == maxUntil {
+			wTop = nil
+		}
+		out, err := relayconn.Reconcile(ctx, pc.c, r.jobFilter(&w.since, wTop, 0).bytes(), items[lo:hi], r.c.opts.PageTimeout)
+		if err != nil {
+			return false, fetched, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", w.since, w.until, r.url, err)
+		}
+		missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, r.c.opts.PageTimeout)
+		fetched += len(out.Need) - len(missing)
+		if err != nil {
+			return false, fetched, err
+		}
+		served, asked, err := negCut(ctx, pc.c, r.c.opts.Store, r.idx, out.Have, r.c.opts.PageTimeout)
+		if err != nil {
+			return false, fetched, err
+		}
+		r.log.Info("range reconciled over NIP-77", zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("needed", len(out.Need)),
+			zap.Int("missing", len(missing)), zap.Int("rounds", out.Rounds))
+		complete = complete && len(missing) == 0
+		if served == 0 {
+			continue
+		}
+		set := hi - lo - len(out.Have) + len(out.Need)
+		parts := split(w, items, set, r.c.opts.Now().Unix())
+		r.log.Info("NIP-77 set cut short: it lacks events the relay serves over REQ; asking for smaller windows",
+			zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("set", set), zap.Int("served", served), zap.Int("asked", asked))
+		if parts == nil {
+			r.log.Warn("NIP-77 set cut short over a single second: it proves nothing there", zap.Int64("second", w.since))
+			complete = false
+			continue
+		}
+		todo = append(parts, todo...)
 	}
-	f := r.jobFilter(&since, top, 0).bytes()
-	out, err := relayconn.Reconcile(ctx, pc.c, f, items, r.c.opts.PageTimeout)
-	if err != nil {
-		return false, 0, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", since, until, r.url, err)
-	}
-	missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, r.c.opts.PageTimeout)
-	if err != nil {
-		return false, len(out.Need) - len(missing), err
-	}
-	r.log.Info("range reconciled over NIP-77", zap.Int64("since", since), zap.Int64("until", until), zap.Int("needed", len(out.Need)),
-		zap.Int("missing", len(missing)), zap.Int("rounds", out.Rounds))
-	return len(missing) == 0, len(out.Need) - len(missing), nil
+	return complete, fetched, nil
 }

@@ -192,7 +192,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			return res
 		}
 		res.Windows++
-		res.Have += out.Have
+		res.Have += len(out.Have)
 		res.Needed += len(out.Need)
 		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.Need, o.IDsPerReq, o.InFlight, o.Idle)
 		res.FetchByte += bytes
@@ -206,6 +206,24 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 				why += " (" + err.Error() + ")"
 			}
 			unproven = append(unproven, why)
+			continue
+		}
+		served, asked, err := negCut(ctx, c, o.Store, idx, out.Have, o.Idle)
+		if err != nil {
+			return fail(SyncFailed, err)
+		}
+		if served > 0 {
+			// The relay's set was cut at a query limit: about the size
+			// it had. Windows that hold fewer events reconcile whole.
+			limit := hi - lo - len(out.Have) + len(out.Need)
+			log.Info("NIP-77 set cut short: it lacks events the relay serves over REQ; splitting the window",
+				zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("set", limit), zap.Int("served", served), zap.Int("asked", asked))
+			parts := split(w, items, limit, o.Now().Unix())
+			if parts == nil {
+				unproven = append(unproven, fmt.Sprintf("[%d, %d]: the relay's NIP-77 set lacks events it serves over REQ (%d of %d asked by id), a set cut at a query limit, and the window cannot be split", w.since, w.until, served, asked))
+				continue
+			}
+			todo = append(parts, todo...)
 			continue
 		}
 		p := NegProof{Since: w.since, Until: w.until, At: at}

@@ -191,7 +191,7 @@ func (c *Conn) negNotice(text string) bool {
 // NegOutcome is one reconciliation's result.
 type NegOutcome struct {
 	Need   [][32]byte // ids the relay has and items lack
-	Have   int        // ids items have and the relay lacks
+	Have   [][32]byte // ids items have and the relay lacks
 	Rounds int
 	Bytes  int // hex payload bytes received
 }
@@ -214,7 +214,6 @@ func Reconcile(ctx context.Context, c *Conn, filter []byte, items []negentropy.I
 		return out, err
 	}
 	defer c.negClose(s)
-	var have [][32]byte
 	for {
 		r, err := c.negRecv(ctx, s, idle)
 		if err != nil {
@@ -234,12 +233,11 @@ func Reconcile(ctx context.Context, c *Conn, filter []byte, items []negentropy.I
 		if err != nil {
 			return out, fmt.Errorf("NIP-77 with %s: NEG-MSG not hex: %w", c.url, err)
 		}
-		next, err := n.Reconcile(raw, &have, &out.Need)
+		next, err := n.Reconcile(raw, &out.Have, &out.Need)
 		if err != nil {
 			return out, fmt.Errorf("NIP-77 with %s: %w", c.url, err)
 		}
 		if next == nil {
-			out.Have = len(have)
 			return out, nil
 		}
 		if err := c.negSend(s, next); err != nil {

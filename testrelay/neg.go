@@ -60,6 +60,9 @@ func (c *conn) onNeg(label string, args []json.RawMessage, o *Options) {
 		}
 		f.strictBounds(o.SinceExclusive, o.UntilExclusive)
 		items := c.negItems(&f)
+		if o.NegCut > 0 && len(items) > o.NegCut {
+			items = items[len(items)-o.NegCut:] // the newest, in negentropy order
+		}
 		if o.NegMaxRecords > 0 && len(items) > o.NegMaxRecords {
 			why := "blocked: too many records"
 			if o.NegCapInReason {

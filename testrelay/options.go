@@ -203,6 +203,11 @@ type Options struct {
 	// (", max N") if NegCapInReason. 0 means no cap.
 	NegMaxRecords  int
 	NegCapInReason bool
+	// NegCut builds each reconciliation's set from the filter's newest
+	// NegCut events only, silently, as khatru does over an eventstore
+	// backend (its QueryEvents caps a filter without a limit at MaxLimit,
+	// 500 by default). 0 means the whole set.
+	NegCut int
 	// NegCloseEvery answers every Nth NEG-MSG (counted over the relay) with
 	// NEG-ERR "closed: idle timeout" and forgets that reconciliation, as
 	// NegIdleClose does to one idle that long. 0 means never.
@@ -282,8 +287,8 @@ func (o Options) Validate() error {
 		return bad("Capacity %v < 0", o.Capacity)
 	case o.MaxMessageLength < 0:
 		return bad("MaxMessageLength %d < 0", o.MaxMessageLength)
-	case o.NegMaxRecords < 0 || o.NegCloseEvery < 0 || o.NegIdleClose < 0:
-		return bad("NegMaxRecords, NegCloseEvery and NegIdleClose must not be negative")
+	case o.NegMaxRecords < 0 || o.NegCloseEvery < 0 || o.NegIdleClose < 0 || o.NegCut < 0:
+		return bad("NegMaxRecords, NegCloseEvery, NegIdleClose and NegCut must not be negative")
 	case o.NegFrameLimit != 0 && o.NegFrameLimit < negentropy.MinFrameSizeLimit:
 		return bad("NegFrameLimit %d below %d", o.NegFrameLimit, negentropy.MinFrameSizeLimit)
 	case o.QueueDepth < 0:

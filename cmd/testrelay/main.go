@@ -98,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.NegNoticeOnly, "neg-notice-only", false, `answer NEG-* with only ["NOTICE","ERROR: bad msg: negentropy disabled"]`)
 	fs.IntVar(&o.NegMaxRecords, "neg-max-records", 0, `refuse a NEG-OPEN matching more events with "blocked: too many records" (0: no cap)`)
 	fs.BoolVar(&o.NegCapInReason, "neg-cap-in-reason", false, "name the -neg-max-records cap in the blocked: reason")
+	fs.IntVar(&o.NegCut, "neg-cut", 0, "build each NIP-77 set from the filter's newest N events only, silently, as khatru over eventstore's MaxLimit does (0: the whole set)")
 	fs.IntVar(&o.NegCloseEvery, "neg-close-every", 0, `answer every Nth NEG-MSG with "closed: idle timeout" (0: never)`)
 	fs.DurationVar(&o.NegIdleClose, "neg-idle-close", 0, `close a reconciliation idle this long with "closed: idle timeout" (0: never)`)
 	fs.IntVar(&o.NegFrameLimit, "neg-frame-limit", 0, "largest negentropy message the relay sends, bytes (0: no limit, else >= 4096)")
