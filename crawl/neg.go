@@ -163,7 +163,7 @@ const negCutProbe = 20
 
 // negCut reports whether the relay's NIP-77 set lacked events it still
 // serves over REQ: up to negCutProbe of the ids it said it lacks (have),
-// those it served us itself first, spread over the range, are asked for
+// spread over the range, those it served us itself first, are asked for
 // by id. One served means the set was cut short, and a reconciliation
 // with it proves nothing: khatru builds the set with QueryEvents, which
 // eventstore's backends cap at their MaxLimit (500 by default) when the
@@ -174,8 +174,10 @@ func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay
 	if len(have) == 0 {
 		return 0, 0, nil
 	}
+	// The relays of a bounded sample: have can hold a whole range of
+	// other relays' events.
 	var own, others [][32]byte
-	for _, id := range have {
+	for _, id := range spread(have, 10*negCutProbe) {
 		srcs, err := store.Sources(id)
 		if err != nil {
 			return 0, 0, err

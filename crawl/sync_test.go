@@ -273,3 +273,37 @@ func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
 	a.verify(t)
 	assertExactValidSet(t, a, f)
 }
+
+// An archive holding events the relay never had (another relay's) makes
+// every window's set lack them; asked for by id, the relay serves none,
+// so its set is whole: one window, proven, nothing split. The cut check
+// (negCut) must not take an honest relay for one that cuts its sets.
+func TestSyncHonestSetNotCut(t *testing.T) {
+	t.Parallel()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 78, Events: 50, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{NIP77: true}, f.Items)
+	a := openArchive(t)
+	missing := seedArchive(t, a, f, 100)
+	idx, err := a.store.RelayIndex("wss://other.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawstore.Batch{Relay: idx}
+	for _, v := range other.Valid {
+		b.Events = append(b.Events, rawstore.Copy{ID: v.ID, Raw: v.Line})
+	}
+	if _, err := a.store.Ingest(b); err != nil {
+		t.Fatal(err)
+	}
+	res := a.sync(t, relay.URL())
+	if res.Outcome != crawl.SyncComplete || res.Windows != 1 || res.Have != len(other.Valid) || res.Fetched != len(missing) {
+		t.Fatalf("%+v; want complete in 1 window, have %d, fetched %d", res, len(other.Valid), len(missing))
+	}
+}
