@@ -100,6 +100,16 @@ func TestCompleteness(t *testing.T) {
 		{name: "dangling index entries end scans, capped COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
 			relay:  testrelay.Options{MaxLimit: 200, BrokenEvery: 300, SupportCount: true, CountCap: 10},
 			finish: crawl.FinishUnproven, detail: "empty page", missing: -1},
+		// A COUNT that undercounts without saying so. Before: planned as
+		// one shard over decades (a page holds it all, the COUNT said),
+		// whose empty-page probes all ended decades below the events,
+		// then drained "by COUNT" with 26 of 1,500 events.
+		{name: "dangling index entries end scans, undercounting COUNT", fixture: testrelay.FixtureOptions{Seed: 15, Events: 1500},
+			relay:  testrelay.Options{MaxLimit: 200, BrokenEvery: 300, SupportCount: true, CountCap: 10, CountCapSilent: true},
+			finish: crawl.FinishUnproven, detail: "empty page", missing: -1},
+		{name: "wall of authors no page shows, undercounting COUNT", fixture: testrelay.FixtureOptions{Seed: 13, Events: 500, HiddenWall: 1500},
+			relay:  with(clamped, func(o *testrelay.Options) { o.SupportCount, o.CountCap, o.CountCapSilent = true, 200, true }),
+			finish: crawl.FinishIncompleteWalls, detail: "could not be completed", proof: crawl.ProofPaged},
 		{name: "wall of authors no page shows, capped COUNT", fixture: testrelay.FixtureOptions{Seed: 13, Events: 500, HiddenWall: 1500},
 			relay:  with(clamped, func(o *testrelay.Options) { o.SupportCount, o.CountCap = true, 200 }),
 			finish: crawl.FinishIncompleteWalls, detail: "could not be completed", proof: crawl.ProofPaged},
@@ -200,6 +210,10 @@ func TestCompleteness(t *testing.T) {
 						t.Errorf("unproven range %+v without a reason", c)
 					}
 					switch {
+					case tc.relay.CountCapSilent:
+						if !strings.Contains(c.Why, "below what it serves") {
+							t.Errorf("unproven range %+v: want the undercounting COUNT named", c)
+						}
 					case tc.relay.CountCap > 0:
 						if !strings.Contains(c.Why, "COUNT is approximate") {
 							t.Errorf("unproven range %+v: want the approximate COUNT named", c)

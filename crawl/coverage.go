@@ -288,10 +288,17 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 		n := rc.n
 		c.Count = n
 		if c.Held >= n {
-			if rc.proves() {
-				c.Proof = ProofCount
-			} else {
+			served := 0
+			if rc.proves() && c.Held > n {
+				served = r.servedOver(ctx, since, until, n)
+			}
+			switch {
+			case !rc.proves():
 				c.Why = whyCountApprox
+			case served > 0:
+				c.Why = fmt.Sprintf("the relay's COUNT (%d) is below what it serves of the range (%d paged again)", n, served)
+			default:
+				c.Proof = ProofCount
 			}
 			return
 		}
@@ -319,6 +326,48 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 		}
 	}
 }
+
+// servedOver checks a COUNT n below what the archive holds of [since,
+// until]: the range is paged again, newest first, until its pages hold
+// more than n distinct events of it (their number is returned) or it
+// ends (0). Held above a true count is common (replaced and deleted
+// events stay archived); pages above it are not: the relay's COUNT
+// undercounts, and proves nothing (eventstore's CountEvents counts one
+// event per query when part of the filter is checked on the event, as
+// with --authors; some relays count what a limit-capped query returns).
+// At most servedOverPages pages are asked: a larger count is trusted.
+func (r *relayCrawl) servedOver(ctx context.Context, since, until, n int64) int {
+	if n >= int64(servedOverPages*r.limit) {
+		return 0
+	}
+	ids := map[[32]byte]bool{}
+	cursor := until
+	for range servedOverPages {
+		page, _, err := r.fetch(ctx, r.filter(since, cursor, nil, nil))
+		if err != nil || page.End != relayconn.EndEOSE {
+			return 0
+		}
+		oldest, fresh := cursor, 0
+		for _, it := range page.Items {
+			if it.CreatedAt >= since && it.CreatedAt <= cursor && !ids[it.ID] {
+				ids[it.ID] = true
+				oldest, fresh = min(oldest, it.CreatedAt), fresh+1
+			}
+		}
+		page.Release()
+		switch {
+		case int64(len(ids)) > n:
+			return len(ids)
+		case fresh == 0:
+			return 0
+		}
+		cursor = oldest // inclusive: ids dedup the boundary second
+	}
+	return 0
+}
+
+// servedOverPages bounds servedOver's paging.
+const servedOverPages = 8
 
 // repage pages [since, until] newest-first again without moving any
 // shard's cursor, completing walls on the way (in windows, if the relay

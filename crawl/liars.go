@@ -94,8 +94,17 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 		shifts = emptyProbeShiftsCaught
 	}
 	d := top - since
+	var below []int64 // how far under top each window ends, nearest first
+	for _, a := range emptyProbeNear {
+		if a < d>>shifts[0] {
+			below = append(below, a)
+		}
+	}
 	for _, shift := range shifts {
-		u := top - max(1, d>>shift)
+		below = append(below, max(1, d>>shift))
+	}
+	for _, b := range below {
+		u := top - b
 		if d < 2 || u < since {
 			break
 		}
@@ -129,10 +138,14 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 
 // The windows emptyProbe asks end d>>shift under top, d the empty range's
 // width: three for a relay not caught yet (a shard's end costs three
-// limit-1 REQs), more for one caught answering empty pages early.
+// limit-1 REQs), more for one caught answering empty pages early. In a
+// wide range (a shard planned over decades, as one by a COUNT that says a
+// page holds everything) those all end far below where the events are:
+// windows ending an hour and a day under top are asked first.
 var (
 	emptyProbeShifts       = []int{8, 4, 1}
 	emptyProbeShiftsCaught = []int{20, 16, 12, 10, 8, 6, 4, 3, 2, 1}
+	emptyProbeNear         = []int64{3600, 86400}
 )
 
 // probeWindow asks for the newest event of [since, until] (limit 1): its

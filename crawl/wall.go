@@ -37,6 +37,10 @@ func (r *relayCrawl) completeWall(ctx context.Context, second int64) error {
 			noCount = whyCountFailed
 		case !c.proves():
 			noCount = whyCountApprox + fmt.Sprintf(" (about %d)", c.n)
+		case c.n < int64(len(w.ids)):
+			// It counts fewer than the second's first page held: it
+			// undercounts (see servedOver) and proves nothing.
+			noCount = fmt.Sprintf("the relay's COUNT (%d) is below what one page of the second held (%d)", c.n, len(w.ids))
 		default:
 			w.count = c.n
 			w.plan.SetTotal(c.n)
@@ -132,13 +136,14 @@ type wallRun struct {
 
 // proven reports whether every event of the second is held: as many
 // distinct ids as the relay counts, or, without a count, a whole-second
-// page that was not full.
+// page that was not full. A count the ids served exceed undercounts (see
+// servedOver) and is no count.
 func (w *wallRun) proven() bool {
 	if w.reconciled {
 		return true
 	}
-	if w.count >= 0 {
-		return int64(len(w.ids)) >= w.count
+	if n := int64(len(w.ids)); w.count >= 0 && n <= w.count {
+		return n == w.count
 	}
 	return !w.full
 }

@@ -172,7 +172,10 @@ func (c *conn) do(j job) error {
 		o := c.r.options()
 		n := c.r.store.snap.Load().count(j.filters, o.IgnoreUntil)
 		b := fmt.Appendf(nil, `["COUNT",%s,{"count":%d}]`, j.subJSON, n)
-		if o.CountCap > 0 && n > o.CountCap {
+		switch {
+		case o.CountCap > 0 && n > o.CountCap && o.CountCapSilent:
+			b = fmt.Appendf(nil, `["COUNT",%s,{"count":%d}]`, j.subJSON, o.CountCap)
+		case o.CountCap > 0 && n > o.CountCap:
 			b = fmt.Appendf(nil, `["COUNT",%s,{"count":%d,"approximate":true}]`, j.subJSON, o.CountCap)
 		}
 		return c.write(appendFrame(c.buf[:0], b))

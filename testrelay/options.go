@@ -80,9 +80,14 @@ type Options struct {
 	CountNoticeEvery int
 
 	// CountCap caps each COUNT answer at this many events and marks a
-	// capped answer "approximate": true, as archiver serve does past its
-	// --max-count (strfry says "limited"). 0 means no cap.
+	// capped answer "approximate": true, as archiver serve does past
+	// 1,000,000 (strfry says "limited"). 0 means no cap.
 	CountCap int
+	// CountCapSilent leaves a capped answer unmarked: a COUNT that
+	// undercounts, as a relay counting what a limit-capped query returns
+	// does, or eventstore's CountEvents, which counts one event per query
+	// when part of the filter is matched on the event (--authors).
+	CountCapSilent bool
 
 	// AuthRequired sends ["AUTH",challenge] on connect and refuses REQ and
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a

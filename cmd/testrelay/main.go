@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.SupportCount, "count", false, "answer NIP-45 COUNT")
 	fs.IntVar(&o.CountNoticeEvery, "count-notice-every", 0, "answer every Nth COUNT with only a NOTICE (0: never)")
 	fs.IntVar(&o.CountCap, "count-cap", 0, `answer COUNT with at most N, "approximate": true when capped (0: no cap)`)
+	fs.BoolVar(&o.CountCapSilent, "count-cap-silent", false, `with -count-cap, leave a capped COUNT unmarked (a COUNT that undercounts)`)
 	fs.DurationVar(&o.Latency, "latency", 0, "delay before each page (per connection, -page-workers pages at once)")
 	fs.IntVar(&o.PageWorkers, "page-workers", 1, "REQs of one connection served concurrently under -latency")
 	fs.Float64Var(&o.Capacity, "capacity", 0, "events per second the relay serves across all connections (0: no cap)")
