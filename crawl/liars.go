@@ -103,7 +103,7 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 	for _, shift := range shifts {
 		below = append(below, max(1, d>>shift))
 	}
-	for _, b := range below {
+	for _, b := range below[:len(shifts)] { // as many probes either way
 		u := top - b
 		if d < 2 || u < since {
 			break
@@ -141,7 +141,8 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 // limit-1 REQs), more for one caught answering empty pages early. In a
 // wide range (a shard planned over decades, as one by a COUNT that says a
 // page holds everything) those all end far below where the events are:
-// windows ending an hour and a day under top are asked first.
+// there the first windows end an hour and a day under top instead, and
+// the widest shifts are left out.
 var (
 	emptyProbeShifts       = []int{8, 4, 1}
 	emptyProbeShiftsCaught = []int{20, 16, 12, 10, 8, 6, 4, 3, 2, 1}
