@@ -33,7 +33,7 @@ type RangeCoverage struct {
 
 // Proofs of a range.
 const (
-	ProofPaged    = "paged"    // paged to the end; the relay answers no COUNT to check it by
+	ProofPaged    = "paged"    // paged to the end; no exact COUNT or NIP-77 checks it
 	ProofCount    = "count"    // paged to the end, and the relay's COUNT is no more than held
 	ProofNIP77    = "nip77"    // reconciled over NIP-77: the relay has no event in the range the archive lacks
 	ProofUnproven = "unproven" // the relay's COUNT says more than paging (even again) yields

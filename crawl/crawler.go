@@ -355,7 +355,7 @@ func (r Result) String() string {
 
 // proofText says how a drained relay's ranges were proven.
 var proofText = map[string]string{
-	ProofPaged: "paged to the end (the relay answers no COUNT to check it by)",
+	ProofPaged: "paged to the end (no exact COUNT or NIP-77 to check it by)",
 	ProofCount: "every range checked against the relay's COUNT",
 	ProofNIP77: "every range reconciled over NIP-77",
 }

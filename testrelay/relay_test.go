@@ -512,24 +512,26 @@ func TestCount(t *testing.T) {
 	}
 }
 
-// TestCountCap: a count over the cap is the cap, marked approximate; one
-// under it is exact and unmarked.
+// TestCountCap: a count over the cap is the cap, marked approximate
+// unless the cap is silent; one under it is exact and unmarked.
 func TestCountCap(t *testing.T) {
-	r := newRelay(t, Options{SupportCount: true, CountCap: 25}, synth(40, func(i int) int64 { return int64(100 + i) })...)
-	c := dial(t, r.URL())
-	for _, tc := range []struct {
-		since       int
-		want        int
-		approximate bool
-	}{{110, 25, true}, {120, 20, false}, {115, 25, false}} {
-		c.Send("COUNT", "n", map[string]any{"since": tc.since})
-		m := c.NextMsg()
-		var n struct {
-			Count       int
-			Approximate bool
-		}
-		if m.Label != "COUNT" || json.Unmarshal(m.Args[1], &n) != nil || n.Count != tc.want || n.Approximate != tc.approximate {
-			t.Fatalf("since %d: got %s, want count %d approximate %v", tc.since, m.Raw, tc.want, tc.approximate)
+	for _, silent := range []bool{false, true} {
+		r := newRelay(t, Options{SupportCount: true, CountCap: 25, CountCapSilent: silent}, synth(40, func(i int) int64 { return int64(100 + i) })...)
+		c := dial(t, r.URL())
+		for _, tc := range []struct {
+			since  int
+			want   int
+			capped bool
+		}{{110, 25, true}, {120, 20, false}, {115, 25, false}} {
+			c.Send("COUNT", "n", map[string]any{"since": tc.since})
+			m := c.NextMsg()
+			var n struct {
+				Count       int
+				Approximate bool
+			}
+			if m.Label != "COUNT" || json.Unmarshal(m.Args[1], &n) != nil || n.Count != tc.want || n.Approximate != (tc.capped && !silent) {
+				t.Fatalf("silent %v, since %d: got %s, want count %d approximate %v", silent, tc.since, m.Raw, tc.want, tc.capped && !silent)
+			}
 		}
 	}
 }
