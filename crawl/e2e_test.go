@@ -34,6 +34,17 @@ func fixtureCache(t *testing.T) string {
 	return filepath.Join(dir, "archiver-test-fixtures")
 }
 
+// generate is testrelay.Generate of o from the fixture cache.
+func generate(t *testing.T, o testrelay.FixtureOptions) *testrelay.Fixture {
+	t.Helper()
+	o.CacheDir = fixtureCache(t)
+	f, err := testrelay.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 type archive struct {
 	store *rawstore.Store
 }
@@ -335,14 +346,8 @@ func TestRefusalsLoseNothing(t *testing.T) {
 // others: the fast relay is archived while the slow one is still paging.
 func TestSlowRelayDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
-	fa, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 1500, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fb, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 9, Events: 1500, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fa := generate(t, testrelay.FixtureOptions{Seed: 8, Events: 1500})
+	fb := generate(t, testrelay.FixtureOptions{Seed: 9, Events: 1500})
 	fast := startRelay(t, testrelay.Options{}, fa.Items)
 	// 150 ms a page keeps the slow relay paging for seconds after the
 	// fast one drained (asserted: at least one), at half the cost of 300.

@@ -280,14 +280,8 @@ func TestSyncSplitsOnOversizedAnswer(t *testing.T) {
 // (negCut) must not take an honest relay for one that cuts its sets.
 func TestSyncHonestSetNotCut(t *testing.T) {
 	t.Parallel()
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 77, Events: 1500, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 78, Events: 50, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := generate(t, testrelay.FixtureOptions{Seed: 77, Events: 1500})
+	other := generate(t, testrelay.FixtureOptions{Seed: 78, Events: 50})
 	relay := startRelay(t, testrelay.Options{NIP77: true}, f.Items)
 	a := openArchive(t)
 	missing := seedArchive(t, a, f, 100)
