@@ -213,11 +213,12 @@ func (p *Pool) Drain(ctx context.Context) (int, error) {
 // the copies it stores out of the queue (rawstore.Store.LeaveUnqueued):
 // when the store already NeedsScan, or when at least unqueuedFraction of
 // its ids is pending, a backlog that one key-order scan (which reads
-// every id) may as well verify. Their queue entries would cost the run
-// ~0.8 µs per copy (docs/PERFORMANCE.md, session 27); the scan reads the
-// bodies at random where the queue reads them in runs. Either way every
-// copy is verified: LeaveUnqueued makes the store NeedsScan, which Drain
-// and Run honour.
+// every id) may as well verify. Queued, the copies cost the run their
+// entries and the drain their deletes and a seek each, more than key
+// order's random body reads: a 1M `crawl --no-verify` then `reprocess`
+// took 6.6-7.4 + 43.3-43.8 CPU-s unqueued, 8.1-8.2 + 49.3-49.7 queued
+// (docs/PERFORMANCE.md, session 32). Either way every copy is verified:
+// LeaveUnqueued makes the store NeedsScan, which Drain and Run honour.
 func ScannedLater(store *rawstore.Store) (bool, error) {
 	if store.NeedsScan() {
 		return true, nil
