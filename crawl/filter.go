@@ -10,6 +10,7 @@ import (
 
 // filterJSON renders a REQ filter.
 type filterJSON struct {
+	IDs     []string `json:"ids,omitempty"`
 	Kinds   []int    `json:"kinds,omitempty"`
 	Authors []string `json:"authors,omitempty"`
 	Since   *int64   `json:"since,omitempty"`

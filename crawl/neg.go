@@ -164,13 +164,15 @@ const negCutProbe = 20
 // negCut reports whether the relay's NIP-77 set lacked events it still
 // serves over REQ: up to negCutProbe of the ids it said it lacks (have),
 // spread over the range, those it served us itself first, are asked for
-// by id. One served means the set was cut short, and a reconciliation
-// with it proves nothing: khatru builds the set with QueryEvents, which
-// eventstore's backends cap at their MaxLimit (500 by default) when the
-// filter names no limit, so it holds a range's newest events only. An
-// honest relay serves none of them (they are other relays' events, or
-// ones it deleted or replaced since). What the relay sends is stored.
-func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, have [][32]byte, idle time.Duration) (served, asked int, err error) {
+// by id, narrowed by the set's filter (job: its kinds and authors; the
+// archive's items are every event of the range). One served means the
+// set was cut short, and a reconciliation with it proves nothing: khatru
+// builds the set with QueryEvents, which eventstore's backends cap at
+// their MaxLimit (500 by default) when the filter names no limit, so it
+// holds a range's newest events only. An honest relay serves none of
+// them (they are other relays' events, or ones it deleted or replaced
+// since).
+func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, have [][32]byte, job filterJSON, idle time.Duration) (served, asked int, err error) {
 	if len(have) == 0 {
 		return 0, 0, nil
 	}
@@ -190,8 +192,27 @@ func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay
 	}
 	probe := spread(own, negCutProbe)
 	probe = append(probe, spread(others, negCutProbe-len(probe))...)
-	missing, _, err := fetchIDs(ctx, c, store, relay, probe, len(probe), 1, idle)
-	return len(probe) - len(missing), len(probe), err
+	f := filterJSON{Kinds: job.Kinds, Authors: job.Authors, Limit: len(probe)}
+	asking := make(map[[32]byte]bool, len(probe))
+	for _, id := range probe {
+		f.IDs = append(f.IDs, hex.EncodeToString(id[:]))
+		asking[id] = true
+	}
+	page, err := c.Req(ctx, f.bytes(), len(probe), idle)
+	if err != nil {
+		return 0, len(probe), err
+	}
+	defer page.Release()
+	if page.End != relayconn.EndEOSE {
+		return 0, len(probe), fmt.Errorf("asking %s for %d ids its NIP-77 set lacked: %s %s", c.URL(), len(probe), page.End, page.Reason)
+	}
+	for _, it := range page.Items {
+		if asking[it.ID] {
+			delete(asking, it.ID)
+			served++
+		}
+	}
+	return served, len(probe), nil
 }
 
 // spread returns at most n of ids, evenly spaced (all if they are fewer).
@@ -252,7 +273,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 		if err != nil {
 			return false, fetched, err
 		}
-		served, asked, err := negCut(ctx, pc.c, r.c.opts.Store, r.idx, out.Have, r.c.opts.PageTimeout)
+		served, asked, err := negCut(ctx, pc.c, r.c.opts.Store, r.idx, out.Have, r.c.opts.jobFilter(nil, nil, 0), r.c.opts.PageTimeout)
 		if err != nil {
 			return false, fetched, err
 		}

@@ -208,7 +208,7 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			unproven = append(unproven, why)
 			continue
 		}
-		served, asked, err := negCut(ctx, c, o.Store, idx, out.Have, o.Idle)
+		served, asked, err := negCut(ctx, c, o.Store, idx, out.Have, filterJSON{}, o.Idle)
 		if err != nil {
 			return fail(SyncFailed, err)
 		}

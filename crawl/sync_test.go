@@ -301,3 +301,21 @@ func TestSyncHonestSetNotCut(t *testing.T) {
 		t.Fatalf("%+v; want complete in 1 window, have %d, fetched %d", res, len(other.Valid), len(missing))
 	}
 }
+
+// A crawl of one kind reconciles the range's kind-1 set with the
+// archive's every event of the range: the relay's set lacks the other
+// kinds, and asked for by id with the job's kinds it serves none of
+// them, so its set is whole and the ranges are proven by NIP-77. Asked
+// without the kinds, it served them, and a whole set read as one cut
+// short: split down to single seconds, nothing proven.
+func TestNIP77KindCrawlNotCut(t *testing.T) {
+	t.Parallel()
+	f := generate(t, testrelay.FixtureOptions{Seed: 79, Events: 1500})
+	relay := startRelay(t, testrelay.Options{NIP77: true}, f.Items)
+	a := openArchive(t)
+	seedArchive(t, a, f, 0) // every kind, as another relay served them
+	res := a.crawl(t, crawl.Options{Kinds: []int{1}, PageTimeout: time.Second, Now: clockAt(f.Until)}, relay.URL())
+	if !res[0].Drained() || res[0].Proof != crawl.ProofNIP77 {
+		t.Fatalf("crawl of kind 1: %v (proof %q), want drained, proven by NIP-77", res[0], res[0].Proof)
+	}
+}
