@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -37,14 +38,15 @@ func localItems(ctx context.Context, store *rawstore.Store, since, until int64) 
 // max_limit is under 100 serves part of each); it stores what comes back
 // as relay's copies and returns the ids that did not arrive.
 func FetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, idle time.Duration) ([][32]byte, error) {
-	missing, _, err := fetchAll(ctx, c, store, relay, ids, 100, 8, idle)
-	return missing, err
+	got, err := fetchAll(ctx, c, store, relay, ids, 100, 8, idle)
+	return got.missing, err
 }
 
 // fetchIDs asks c for ids, perReq per REQ {"ids":[...]} with up to
 // inflight REQs outstanding, ingests what comes back, and returns the ids
 // that did not arrive.
-func fetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) (missing [][32]byte, bytes int64, err error) {
+func fetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) (got fetchResult, err error) {
+	got.oldest = math.MaxInt64
 	type result struct {
 		asked [][32]byte
 		page  *relayconn.Page
@@ -88,7 +90,7 @@ func fetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, rel
 		sent += len(res.asked)
 		if res.err != nil {
 			firstErr = cmpErr(firstErr, fmt.Errorf("fetch ids from %s: %w", c.URL(), res.err))
-			missing = append(missing, res.asked...)
+			got.missing = append(got.missing, res.asked...)
 			continue
 		}
 		want := make(map[[32]byte]bool, len(res.asked))
@@ -100,18 +102,26 @@ func fetchIDs(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, rel
 			if want[it.ID] {
 				delete(want, it.ID)
 				keep = append(keep, storeCopy(it))
+				got.oldest = min(got.oldest, it.CreatedAt)
 			}
 		}
-		bytes += int64(res.page.Bytes)
+		got.bytes += int64(res.page.Bytes)
 		bad := append(res.page.Malformed, c.TakeOrphans()...)
 		if _, err := store.Ingest(&rawstore.Batch{Relay: relay, Events: keep, Malformed: toStore(bad)}); err != nil {
-			return nil, bytes, fmt.Errorf("store ids fetched from %s: %w", c.URL(), err)
+			return got, fmt.Errorf("store ids fetched from %s: %w", c.URL(), err)
 		}
 		for id := range want {
-			missing = append(missing, id)
+			got.missing = append(got.missing, id)
 		}
 	}
-	return missing, bytes, firstErr
+	return got, firstErr
+}
+
+// fetchResult is what fetchIDs and fetchAll brought.
+type fetchResult struct {
+	missing [][32]byte // the ids that did not arrive
+	bytes   int64      // EVENT frame bytes received
+	oldest  int64      // the oldest created_at among those that did; math.MaxInt64 if none
 }
 
 func cmpErr(old, new error) error {
@@ -215,6 +225,50 @@ func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay
 	return served, len(probe), nil
 }
 
+// negWindowCut reports why the relay's NIP-77 set for window w was cut
+// short ("" if it was whole) and the oldest created_at the set held
+// (math.MaxInt64 for an empty set): it lacked events of the archive that
+// it serves by id (negCut), or it serves an event under the oldest its
+// set held (a set cut to the window's newest events while the archive
+// held nothing older, as on a first sync, which negCut cannot see). items
+// are the archive's of w, out the reconciliation, got what its needs
+// fetched (all of them: an id that did not arrive leaves the set's
+// oldest unknown), job the set's filter, and below the filter of a
+// one-event REQ for [since, until].
+func negWindowCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, w window, items []negentropy.Item,
+	out relayconn.NegOutcome, got fetchResult, job filterJSON, below func(since, until int64) []byte, idle time.Duration) (why string, oldest int64, err error) {
+	lacked := make(map[[32]byte]bool, len(out.Have))
+	for _, id := range out.Have {
+		lacked[id] = true
+	}
+	oldest = got.oldest
+	for _, it := range items {
+		if !lacked[it.ID] {
+			oldest = min(oldest, int64(it.Timestamp))
+			break // items are in created_at order
+		}
+	}
+	served, asked, err := negCut(ctx, c, store, relay, out.Have, job, idle)
+	if err != nil || served > 0 {
+		return fmt.Sprintf("it lacks events the relay serves by id (%d of %d asked)", served, asked), oldest, err
+	}
+	top := min(oldest-1, w.until) // the whole window for an empty set
+	if top < w.since {
+		return "", oldest, nil
+	}
+	page, err := c.Req(ctx, below(w.since, top), 1, idle)
+	if err != nil {
+		return "", oldest, err
+	}
+	defer page.Release()
+	for _, it := range page.Items {
+		if it.CreatedAt >= w.since && it.CreatedAt <= top {
+			return fmt.Sprintf("the relay serves an event at %d, under the oldest its set held", it.CreatedAt), oldest, nil
+		}
+	}
+	return "", oldest, nil
+}
+
 // spread returns at most n of ids, evenly spaced (all if they are fewer).
 func spread(ids [][32]byte, n int) [][32]byte {
 	if n <= 0 {
@@ -268,25 +322,35 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 		if err != nil {
 			return false, fetched, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", w.since, w.until, r.url, err)
 		}
-		missing, err := FetchIDs(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, r.c.opts.PageTimeout)
-		fetched += len(out.Need) - len(missing)
-		if err != nil {
-			return false, fetched, err
-		}
-		served, asked, err := negCut(ctx, pc.c, r.c.opts.Store, r.idx, out.Have, r.c.opts.jobFilter(nil, nil, 0), r.c.opts.PageTimeout)
+		got, err := fetchAll(ctx, pc.c, r.c.opts.Store, r.idx, out.Need, 100, 8, r.c.opts.PageTimeout)
+		fetched += len(out.Need) - len(got.missing)
 		if err != nil {
 			return false, fetched, err
 		}
 		r.log.Info("range reconciled over NIP-77", zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("needed", len(out.Need)),
-			zap.Int("missing", len(missing)), zap.Int("rounds", out.Rounds))
-		complete = complete && len(missing) == 0
-		if served == 0 {
+			zap.Int("missing", len(got.missing)), zap.Int("rounds", out.Rounds))
+		complete = complete && len(got.missing) == 0
+		if len(got.missing) > 0 {
+			continue
+		}
+		cut, oldest, err := negWindowCut(ctx, pc.c, r.c.opts.Store, r.idx, w, items[lo:hi], out, got, r.c.opts.jobFilter(nil, nil, 0),
+			func(since, until int64) []byte {
+				f := r.jobFilter(&since, &until, 1)
+				if until == maxUntil {
+					f.Until = nil
+				}
+				return f.bytes()
+			}, r.c.opts.PageTimeout)
+		if err != nil {
+			return false, fetched, err
+		}
+		if cut == "" {
 			continue
 		}
 		set := hi - lo - len(out.Have) + len(out.Need)
-		parts := split(w, items, set, r.c.opts.Now().Unix())
-		r.log.Info("NIP-77 set cut short: it lacks events the relay serves over REQ; asking for smaller windows",
-			zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("set", set), zap.Int("served", served), zap.Int("asked", asked))
+		parts := cutParts(w, items, set, oldest, r.c.opts.Now().Unix())
+		r.log.Info("NIP-77 set cut short; asking for smaller windows", zap.Int64("since", w.since), zap.Int64("until", w.until),
+			zap.Int("set", set), zap.String("why", cut))
 		if parts == nil {
 			r.log.Warn("NIP-77 set cut short over a single second: it proves nothing there", zap.Int64("second", w.since))
 			complete = false

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -194,8 +195,9 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		res.Windows++
 		res.Have += len(out.Have)
 		res.Needed += len(out.Need)
-		missing, bytes, err := fetchAll(ctx, c, o.Store, idx, out.Need, o.IDsPerReq, o.InFlight, o.Idle)
-		res.FetchByte += bytes
+		got, err := fetchAll(ctx, c, o.Store, idx, out.Need, o.IDsPerReq, o.InFlight, o.Idle)
+		missing := got.missing
+		res.FetchByte += got.bytes
 		res.Fetched += len(out.Need) - len(missing)
 		if err != nil && len(missing) == 0 {
 			return fail(SyncFailed, err)
@@ -208,19 +210,26 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			unproven = append(unproven, why)
 			continue
 		}
-		served, asked, err := negCut(ctx, c, o.Store, idx, out.Have, filterJSON{}, o.Idle)
+		cut, oldest, err := negWindowCut(ctx, c, o.Store, idx, w, items[lo:hi], out, got, filterJSON{}, func(since, until int64) []byte {
+			top := &until
+			if until == maxUntil {
+				top = nil
+			}
+			s, u := b.widen(&since, top)
+			return filterJSON{Since: s, Until: u, Limit: 1}.bytes()
+		}, o.Idle)
 		if err != nil {
 			return fail(SyncFailed, err)
 		}
-		if served > 0 {
+		if cut != "" {
 			// The relay's set was cut at a query limit: about the size
 			// it had. Windows that hold fewer events reconcile whole.
 			limit := hi - lo - len(out.Have) + len(out.Need)
-			log.Info("NIP-77 set cut short: it lacks events the relay serves over REQ; splitting the window",
-				zap.Int64("since", w.since), zap.Int64("until", w.until), zap.Int("set", limit), zap.Int("served", served), zap.Int("asked", asked))
-			parts := split(w, items, limit, o.Now().Unix())
+			log.Info("NIP-77 set cut short; splitting the window", zap.Int64("since", w.since), zap.Int64("until", w.until),
+				zap.Int("set", limit), zap.String("why", cut))
+			parts := cutParts(w, items, limit, oldest, o.Now().Unix())
 			if parts == nil {
-				unproven = append(unproven, fmt.Sprintf("[%d, %d]: the relay's NIP-77 set lacks events it serves over REQ (%d of %d asked by id), a set cut at a query limit, and the window cannot be split", w.since, w.until, served, asked))
+				unproven = append(unproven, fmt.Sprintf("[%d, %d]: the relay's NIP-77 set was cut short (%s), a set cut at a query limit, and the window cannot be split", w.since, w.until, cut))
 				continue
 			}
 			todo = append(parts, todo...)
@@ -323,6 +332,19 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 	return []window{{since: w.since, until: mid}, {since: mid + 1, until: w.until}}
 }
 
+// cutParts divides a window whose set was cut short: at the oldest
+// second the set held, when that lies inside the window (a set cut to the
+// window's newest events holds everything above it, so the upper part
+// reconciles whole and the lower part is asked for on its own, as paging
+// goes on under a page), else as split does with the set's size as the
+// cap. nil: a single second.
+func cutParts(w window, items []negentropy.Item, set int, oldest, now int64) []window {
+	if w.since < oldest && oldest <= w.until {
+		return []window{{since: oldest, until: w.until}, {since: w.since, until: oldest - 1}}
+	}
+	return split(w, items, set, now)
+}
+
 // covers reports whether p's range lies within q's (Until -1: no bound).
 func (q NegProof) covers(p NegProof) bool {
 	return q.Since <= p.Since && (q.Until == -1 || (p.Until != -1 && p.Until <= q.Until))
@@ -381,14 +403,14 @@ func saveRelayRecord(store *rawstore.Store, idx uint32, rec *RelayRecord) error 
 // fetchAll fetches ids, then what did not arrive again in smaller REQs (a
 // relay whose max_limit is below perReq serves part of each), until a
 // pass brings nothing new or a REQ holds one id.
-func fetchAll(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) ([][32]byte, int64, error) {
-	var total int64
+func fetchAll(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, ids [][32]byte, perReq, inflight int, idle time.Duration) (fetchResult, error) {
+	all := fetchResult{oldest: math.MaxInt64}
 	for {
-		missing, bytes, err := fetchIDs(ctx, c, store, relay, ids, perReq, inflight, idle)
-		total += bytes
-		if err != nil || len(missing) == 0 || len(missing) == len(ids) || perReq == 1 {
-			return missing, total, err
+		got, err := fetchIDs(ctx, c, store, relay, ids, perReq, inflight, idle)
+		all.missing, all.bytes, all.oldest = got.missing, all.bytes+got.bytes, min(all.oldest, got.oldest)
+		if err != nil || len(got.missing) == 0 || len(got.missing) == len(ids) || perReq == 1 {
+			return all, err
 		}
-		ids, perReq = missing, max(1, perReq/4)
+		ids, perReq = got.missing, max(1, perReq/4)
 	}
 }

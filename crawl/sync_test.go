@@ -319,3 +319,22 @@ func TestNIP77KindCrawlNotCut(t *testing.T) {
 		t.Fatalf("crawl of kind 1: %v (proof %q), want drained, proven by NIP-77", res[0], res[0].Proof)
 	}
 }
+
+// A first sync (an empty archive) of a relay whose sets are cut to a
+// window's newest 400 events: the archive holds nothing older for the
+// set to lack, so the cut shows only as an event the relay serves under
+// the oldest its set held. Each window is then asked for again under
+// that second, as paging goes on under a page: the archive ends with
+// every event. Before, the one window said complete with the newest 400.
+func TestFirstSyncCutSet(t *testing.T) {
+	t.Parallel()
+	f := generate(t, testrelay.FixtureOptions{Seed: 80, Events: 1500})
+	relay := startRelay(t, testrelay.Options{NIP77: true, NegCut: 400}, f.Items)
+	a := openArchive(t)
+	res := a.sync(t, relay.URL())
+	if res.Outcome != crawl.SyncComplete || res.Windows < 4 {
+		t.Fatalf("%+v; want complete over at least 4 windows", res)
+	}
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}
