@@ -234,7 +234,7 @@ func negCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay
 // are the archive's of w, out the reconciliation, got what its needs
 // fetched (all of them: an id that did not arrive leaves the set's
 // oldest unknown), job the set's filter, and below the filter of a
-// one-event REQ for [since, until].
+// negBelowLimit-event REQ for [since, until].
 func negWindowCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store, relay uint32, w window, items []negentropy.Item,
 	out relayconn.NegOutcome, got fetchResult, job filterJSON, below func(since, until int64) []byte, idle time.Duration) (why string, oldest int64, err error) {
 	lacked := make(map[[32]byte]bool, len(out.Have))
@@ -256,18 +256,28 @@ func negWindowCut(ctx context.Context, c *relayconn.Conn, store *rawstore.Store,
 	if top < w.since {
 		return "", oldest, nil
 	}
-	page, err := c.Req(ctx, below(w.since, top), 1, idle)
-	if err != nil {
-		return "", oldest, err
-	}
-	defer page.Release()
-	for _, it := range page.Items {
-		if it.CreatedAt >= w.since && it.CreatedAt <= top {
-			return fmt.Sprintf("the relay serves an event at %d, under the oldest its set held", it.CreatedAt), oldest, nil
+	// A page of a few events, not one: a relay that drops events from its
+	// pages (or ends a scan at a dangling index entry, as the badger store
+	// does) may send nothing for the newest one. Then once more from half
+	// way down.
+	for _, u := range []int64{top, w.since + (top-w.since)/2} {
+		page, err := c.Req(ctx, below(w.since, u), negBelowLimit, idle)
+		if err != nil {
+			return "", oldest, err
 		}
+		for _, it := range page.Items {
+			if it.CreatedAt >= w.since && it.CreatedAt <= u {
+				page.Release()
+				return fmt.Sprintf("the relay serves an event at %d, under the oldest its set held", it.CreatedAt), oldest, nil
+			}
+		}
+		page.Release()
 	}
 	return "", oldest, nil
 }
+
+// negBelowLimit is the page size of negWindowCut's look under a set.
+const negBelowLimit = 20
 
 // spread returns at most n of ids, evenly spaced (all if they are fewer).
 func spread(ids [][32]byte, n int) [][32]byte {
@@ -313,12 +323,15 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	for todo := []window{{since: since, until: top}}; len(todo) > 0; {
 		w := todo[0]
 		todo = todo[1:]
-		lo, hi := itemsIn(items, w.since, w.until)
+		wItems, err := windowItems(ctx, r.c.opts.Store, items, w)
+		if err != nil {
+			return false, fetched, err
+		}
 		wTop := &w.until
 		if w.until == maxUntil {
 			wTop = nil
 		}
-		out, err := relayconn.Reconcile(ctx, pc.c, r.jobFilter(&w.since, wTop, 0).bytes(), items[lo:hi], r.c.opts.PageTimeout)
+		out, err := relayconn.Reconcile(ctx, pc.c, r.jobFilter(&w.since, wTop, 0).bytes(), wItems, r.c.opts.PageTimeout)
 		if err != nil {
 			return false, fetched, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", w.since, w.until, r.url, err)
 		}
@@ -333,9 +346,9 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 		if len(got.missing) > 0 {
 			continue
 		}
-		cut, oldest, err := negWindowCut(ctx, pc.c, r.c.opts.Store, r.idx, w, items[lo:hi], out, got, r.c.opts.jobFilter(nil, nil, 0),
+		cut, oldest, err := negWindowCut(ctx, pc.c, r.c.opts.Store, r.idx, w, wItems, out, got, r.c.opts.jobFilter(nil, nil, 0),
 			func(since, until int64) []byte {
-				f := r.jobFilter(&since, &until, 1)
+				f := r.jobFilter(&since, &until, negBelowLimit)
 				if until == maxUntil {
 					f.Until = nil
 				}
@@ -347,8 +360,8 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 		if cut == "" {
 			continue
 		}
-		set := hi - lo - len(out.Have) + len(out.Need)
-		parts := cutParts(w, items, set, oldest, r.c.opts.Now().Unix())
+		set := len(wItems) - len(out.Have) + len(out.Need)
+		parts := cutParts(w, wItems, set, oldest, r.c.opts.Now().Unix())
 		r.log.Info("NIP-77 set cut short; asking for smaller windows", zap.Int64("since", w.since), zap.Int64("until", w.until),
 			zap.Int("set", set), zap.String("why", cut))
 		if parts == nil {

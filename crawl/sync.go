@@ -65,6 +65,11 @@ type SyncResult struct {
 type window struct {
 	since, until int64
 	tries, lost  int
+	// reread: the archive's items of the window are read again before
+	// it is reconciled (a part of a window whose set was cut: what that
+	// reconciliation fetched is in the archive now, and a set that still
+	// lacks it must show as cut).
+	reread bool
 }
 
 // Sync reconciles the archive with relay over NIP-77 for [Since, Until],
@@ -132,9 +137,12 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 	for len(todo) > 0 && ctx.Err() == nil {
 		w := todo[0]
 		todo = todo[1:]
-		lo, hi := itemsIn(items, w.since, w.until)
+		wItems, err := windowItems(ctx, o.Store, items, w)
+		if err != nil {
+			return fail(SyncFailed, err)
+		}
 		at := o.Now().Unix()
-		out, err := relayconn.Reconcile(ctx, c, negFilter(b, w.since, w.until), items[lo:hi], o.Idle)
+		out, err := relayconn.Reconcile(ctx, c, negFilter(b, w.since, w.until), wItems, o.Idle)
 		res.Rounds += out.Rounds
 		res.NegBytes += int64(out.Bytes)
 		var ne *relayconn.NegError
@@ -210,13 +218,13 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			unproven = append(unproven, why)
 			continue
 		}
-		cut, oldest, err := negWindowCut(ctx, c, o.Store, idx, w, items[lo:hi], out, got, filterJSON{}, func(since, until int64) []byte {
+		cut, oldest, err := negWindowCut(ctx, c, o.Store, idx, w, wItems, out, got, filterJSON{}, func(since, until int64) []byte {
 			top := &until
 			if until == maxUntil {
 				top = nil
 			}
 			s, u := b.widen(&since, top)
-			return filterJSON{Since: s, Until: u, Limit: 1}.bytes()
+			return filterJSON{Since: s, Until: u, Limit: negBelowLimit}.bytes()
 		}, o.Idle)
 		if err != nil {
 			return fail(SyncFailed, err)
@@ -224,10 +232,10 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 		if cut != "" {
 			// The relay's set was cut at a query limit: about the size
 			// it had. Windows that hold fewer events reconcile whole.
-			limit := hi - lo - len(out.Have) + len(out.Need)
+			limit := len(wItems) - len(out.Have) + len(out.Need)
 			log.Info("NIP-77 set cut short; splitting the window", zap.Int64("since", w.since), zap.Int64("until", w.until),
 				zap.Int("set", limit), zap.String("why", cut))
-			parts := cutParts(w, items, limit, oldest, o.Now().Unix())
+			parts := cutParts(w, wItems, limit, oldest, o.Now().Unix())
 			if parts == nil {
 				unproven = append(unproven, fmt.Sprintf("[%d, %d]: the relay's NIP-77 set was cut short (%s), a set cut at a query limit, and the window cannot be split", w.since, w.until, cut))
 				continue
@@ -332,17 +340,32 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 	return []window{{since: w.since, until: mid}, {since: mid + 1, until: w.until}}
 }
 
-// cutParts divides a window whose set was cut short: at the oldest
-// second the set held, when that lies inside the window (a set cut to the
-// window's newest events holds everything above it, so the upper part
-// reconciles whole and the lower part is asked for on its own, as paging
-// goes on under a page), else as split does with the set's size as the
-// cap. nil: a single second.
+// cutParts divides a window whose set was cut short: above and up to the
+// oldest second the set held, when that is under the window's top (a set
+// cut to the window's newest events holds everything above that second,
+// so the upper part reconciles whole; the second itself, which the cut
+// may have split, goes whole into the lower part, where it is the newest
+// and the set takes it first, as paging goes on under a page), else as
+// split does with the set's size as the cap. nil: a single second.
 func cutParts(w window, items []negentropy.Item, set int, oldest, now int64) []window {
-	if w.since < oldest && oldest <= w.until {
-		return []window{{since: oldest, until: w.until}, {since: w.since, until: oldest - 1}}
+	parts := split(w, items, set, now)
+	if w.since <= oldest && oldest < w.until {
+		parts = []window{{since: oldest + 1, until: w.until}, {since: w.since, until: oldest}}
 	}
-	return split(w, items, set, now)
+	for i := range parts {
+		parts[i].reread = true
+	}
+	return parts
+}
+
+// windowItems is the archive's items of w: its part of items, or read
+// again when w.reread.
+func windowItems(ctx context.Context, store *rawstore.Store, items []negentropy.Item, w window) ([]negentropy.Item, error) {
+	if w.reread {
+		return localItems(ctx, store, w.since, w.until)
+	}
+	lo, hi := itemsIn(items, w.since, w.until)
+	return items[lo:hi], nil
 }
 
 // covers reports whether p's range lies within q's (Until -1: no bound).

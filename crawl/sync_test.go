@@ -324,12 +324,18 @@ func TestNIP77KindCrawlNotCut(t *testing.T) {
 // window's newest 400 events: the archive holds nothing older for the
 // set to lack, so the cut shows only as an event the relay serves under
 // the oldest its set held. Each window is then asked for again under
-// that second, as paging goes on under a page: the archive ends with
-// every event. Before, the one window said complete with the newest 400.
+// that second, as paging goes on under a page, with the archive's items
+// read again: the archive ends with every event. Before, the one window
+// said complete with the newest 400; with the items not read again, the
+// second a cut fell in was left part missing.
 func TestFirstSyncCutSet(t *testing.T) {
 	t.Parallel()
-	f := generate(t, testrelay.FixtureOptions{Seed: 80, Events: 1500})
-	relay := startRelay(t, testrelay.Options{NIP77: true, NegCut: 400}, f.Items)
+	// Five events a second: each cut falls inside a second, part of
+	// which the set left out.
+	f := generate(t, testrelay.FixtureOptions{Seed: 80, Events: 1500, Since: 1_700_000_000 - 300})
+	// It also drops every third event from its REQ pages, for good: the
+	// look under a set must not take an empty answer for the end.
+	relay := startRelay(t, testrelay.Options{NIP77: true, NegCut: 400, OmitEvery: 3, OmitForever: true}, f.Items)
 	a := openArchive(t)
 	res := a.sync(t, relay.URL())
 	if res.Outcome != crawl.SyncComplete || res.Windows < 4 {
