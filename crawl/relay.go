@@ -54,7 +54,8 @@ type RelayRecord struct {
 	Coverage []RangeCoverage `json:"coverage,omitempty"`
 
 	// NIP-77: what the relay did with it ("ok", or why it refused), the
-	// record cap a NEG-ERR blocked: named (sizes the next first window),
+	// record cap a NEG-ERR blocked: named, or the size of a set the relay
+	// cut short (either sizes the next first windows),
 	// and the ranges proven complete by reconciliation.
 	NIP77     string     `json:"nip77,omitempty"`
 	NegCap    int        `json:"neg_cap,omitempty"`

@@ -233,6 +233,9 @@ func Sync(ctx context.Context, o SyncOptions, relay string) SyncResult {
 			// The relay's set was cut at a query limit: about the size
 			// it had. Windows that hold fewer events reconcile whole.
 			limit := len(wItems) - len(out.Have) + len(out.Need)
+			if limit > 0 {
+				rec.NegCap = limit // the next sync starts with windows sized to it
+			}
 			log.Info("NIP-77 set cut short; splitting the window", zap.Int64("since", w.since), zap.Int64("until", w.until),
 				zap.Int("set", limit), zap.String("why", cut))
 			parts := cutParts(w, wItems, limit, oldest, o.Now().Unix())
@@ -347,9 +350,14 @@ func split(w window, items []negentropy.Item, limit int, now int64) []window {
 // may have split, goes whole into the lower part, where it is the newest
 // and the set takes it first, as paging goes on under a page), else as
 // split does with the set's size as the cap. nil: a single second.
+//
+// Where the archive holds more of the window than the set (a later sync),
+// the window is cut into pieces of half the set's size of the archive's
+// items instead: taken from the top down, the rest would be read again
+// and reconciled again for every set's worth, quadratic in the window.
 func cutParts(w window, items []negentropy.Item, set int, oldest, now int64) []window {
 	parts := split(w, items, set, now)
-	if w.since <= oldest && oldest < w.until {
+	if len(items) <= set && w.since <= oldest && oldest < w.until {
 		parts = []window{{since: oldest + 1, until: w.until}, {since: w.since, until: oldest}}
 	}
 	for i := range parts {

@@ -137,7 +137,7 @@ func TestSyncModes(t *testing.T) {
 		// eventstore's MaxLimit): before, the one window "proved" the
 		// whole range while the archive still lacked the missing events
 		// older than the relay's newest 700.
-		{name: "set cut at a query limit", opts: testrelay.Options{NIP77: true, NegCut: 700}, outcome: crawl.SyncComplete, windows: 4, cut: true},
+		{name: "set cut at a query limit", opts: testrelay.Options{NIP77: true, NegCut: 700}, outcome: crawl.SyncComplete, cap: 700, windows: 4, cut: true},
 		{name: "wall over the cap", opts: testrelay.Options{NIP77: true, NegMaxRecords: 500, NegCapInReason: true}, outcome: crawl.SyncIncomplete, detail: "cannot be split", cap: 500},
 	}
 	// Every case starts from a copy of one archive missing 1%, what it
