@@ -164,8 +164,9 @@ func negFilter(b bounds, since, until int64) []byte {
 	return out
 }
 
-// maxUntil stands for "no upper bound" in NIP-77 windows.
-const maxUntil = int64(1<<63 - 1)
+// maxUntil stands for "no upper bound" in NIP-77 windows: the value of an
+// open shard's top, so a shard's range is a window as it is.
+const maxUntil = shard.OpenTop
 
 // negCutProbe is how many of the ids a relay's NIP-77 set lacked are
 // asked for by id to tell a set cut short from one that is whole.
@@ -306,11 +307,7 @@ func (r *relayCrawl) negWall(ctx context.Context, second int64) (complete bool, 
 // is asked again for smaller windows, as Sync does, until each set is
 // whole or a window is a single second.
 func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete bool, fetched int, err error) {
-	top := until
-	if until == shard.OpenTop {
-		top = maxUntil
-	}
-	items, err := localItems(ctx, r.c.opts.Store, since, top)
+	items, err := localItems(ctx, r.c.opts.Store, since, until)
 	if err != nil {
 		return false, 0, err
 	}
@@ -320,18 +317,14 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 	}
 	defer r.conns.release(pc)
 	complete = true
-	for todo := []window{{since: since, until: top}}; len(todo) > 0; {
+	for todo := []window{{since: since, until: until}}; len(todo) > 0; {
 		w := todo[0]
 		todo = todo[1:]
 		wItems, err := windowItems(ctx, r.c.opts.Store, items, w)
 		if err != nil {
 			return false, fetched, err
 		}
-		wTop := &w.until
-		if w.until == maxUntil {
-			wTop = nil
-		}
-		out, err := relayconn.Reconcile(ctx, pc.c, r.jobFilter(&w.since, wTop, 0).bytes(), wItems, r.c.opts.PageTimeout)
+		out, err := relayconn.Reconcile(ctx, pc.c, r.rangeFilter(w.since, w.until, 0).bytes(), wItems, r.c.opts.PageTimeout)
 		if err != nil {
 			return false, fetched, fmt.Errorf("NIP-77 over [%d, %d] on %s: %w", w.since, w.until, r.url, err)
 		}
@@ -347,13 +340,7 @@ func (r *relayCrawl) negRange(ctx context.Context, since, until int64) (complete
 			continue
 		}
 		cut, oldest, err := negWindowCut(ctx, pc.c, r.c.opts.Store, r.idx, w, wItems, out, got, r.c.opts.jobFilter(nil, nil, 0),
-			func(since, until int64) []byte {
-				f := r.jobFilter(&since, &until, negBelowLimit)
-				if until == maxUntil {
-					f.Until = nil
-				}
-				return f.bytes()
-			}, r.c.opts.PageTimeout)
+			func(since, until int64) []byte { return r.rangeFilter(since, until, negBelowLimit).bytes() }, r.c.opts.PageTimeout)
 		if err != nil {
 			return false, fetched, err
 		}

@@ -427,15 +427,22 @@ func (r *relayCrawl) substantial(n int) bool {
 
 // filter renders a REQ filter for [since, until] with the job's kinds
 // and authors, or the given ones (a wall's split narrows them).
+// rangeFilter is the job's filter over [since, until] (until
+// shard.OpenTop: no upper bound) with limit.
+func (r *relayCrawl) rangeFilter(since, until int64, limit int) filterJSON {
+	top := &until
+	if until == shard.OpenTop {
+		top = nil
+	}
+	return r.jobFilter(&since, top, limit)
+}
+
 func (r *relayCrawl) filter(since, until int64, kinds []int, authors []string) []byte {
 	return r.filterJSON(since, until, kinds, authors).bytes()
 }
 
 func (r *relayCrawl) filterJSON(since, until int64, kinds []int, authors []string) filterJSON {
-	f := r.jobFilter(&since, &until, r.limit)
-	if until == shard.OpenTop {
-		f.Until = nil
-	}
+	f := r.rangeFilter(since, until, r.limit)
 	if kinds != nil {
 		f.Kinds = kinds
 	}

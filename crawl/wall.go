@@ -312,11 +312,7 @@ const (
 // the relay gave no count (it refused COUNT, or kept failing), and the
 // caller does without. A failed COUNT never ends the crawl.
 func (r *relayCrawl) countEvents(ctx context.Context, since, until int64) (c relayCount, ok bool) {
-	fj := r.jobFilter(&since, &until, 0)
-	if until == shard.OpenTop {
-		fj.Until = nil
-	}
-	f := fj.bytes()
+	f := r.rangeFilter(since, until, 0).bytes()
 	for failures := 0; ; {
 		pc, err := r.conns.acquire(ctx)
 		if err != nil {

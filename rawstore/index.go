@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -170,14 +169,12 @@ func (a *applier) setIndexKeys() error {
 // IndexesReady reports whether the indexes cover every valid event, so
 // that Query answers completely.
 func (s *Store) IndexesReady() (bool, error) {
-	v, closer, err := s.r.Get(indexMarkKey)
-	if err == nil {
-		_ = v // presence is the mark
-		closer.Close()
-		return true, nil
-	}
-	if !errors.Is(err, pebble.ErrNotFound) {
+	ok, err := s.getOK(indexMarkKey)
+	if err != nil {
 		return false, fmt.Errorf("rawstore: read index mark: %w", err)
+	}
+	if ok {
+		return true, nil
 	}
 	// No verdict at all: nothing to index.
 	last, err := s.lastKey([]byte{prefixVerdict})
@@ -194,9 +191,7 @@ func (s *Store) markIndexesIfEmpty() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, k := range [][]byte{indexMarkKey, deletionMarkKey} {
-		if _, closer, err := s.r.Get(k); err == nil {
-			closer.Close()
-		} else {
+		if ok, err := s.getOK(k); err != nil || !ok {
 			_ = b.Set(k, nil, nil)
 		}
 	}

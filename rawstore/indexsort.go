@@ -109,19 +109,6 @@ func (s *Store) DeferIndexes() error {
 	return nil
 }
 
-// getOK reports whether key is present.
-func (s *Store) getOK(key []byte) (bool, error) {
-	_, closer, err := s.r.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	closer.Close()
-	return true, nil
-}
-
 // removeIndexRuns removes the runs an index sort cut off left.
 func (s *Store) removeIndexRuns() error {
 	names, err := s.opts.FS.List(s.opts.Dir)

@@ -564,6 +564,19 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	return append([]byte(nil), v...), nil
 }
 
+// getOK reports whether key is present.
+func (s *Store) getOK(key []byte) (bool, error) {
+	_, closer, err := s.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	closer.Close()
+	return true, nil
+}
+
 // Sources returns the relays that served id: the first one, then the
 // others in index order.
 func (s *Store) Sources(id [32]byte) ([]uint32, error) {
