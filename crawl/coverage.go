@@ -58,25 +58,46 @@ func weakestProof(cs []RangeCoverage) string {
 // page stands (a run that resumes a finished crawl pages only the range
 // since its end, and dropping the rest forgot ranges the relay never
 // served whole: the next run said drained). An earlier range that a
-// fresh one covers whole is replaced; one it covers in part stays too,
-// its proof no stronger than it was.
+// fresh one covers whole is replaced; one whose top a fresh one covers
+// (an open range, or the overlap a resumed open job pages again) ends
+// where the fresh one begins; one covered in part otherwise stays too,
+// its proof no stronger than it was. Neighbours proven alike are joined,
+// so that the record does not grow with every catch-up of a tailed relay.
 func mergeCoverage(earlier, fresh []RangeCoverage) []RangeCoverage {
 	out := slices.Clone(fresh)
+	slices.SortStableFunc(out, func(x, y RangeCoverage) int { return cmp.Compare(x.Since, y.Since) })
 	for _, e := range earlier {
-		if e.Until == 0 {
-			// Open then: it ended where the run after it began.
-			for _, f := range fresh {
-				if f.Since > e.Since && (e.Until == 0 || f.Since-1 < e.Until) {
-					e.Until = f.Since - 1
-				}
-			}
-		}
+		e.Until = topCovered(e, out)
 		if !slices.ContainsFunc(fresh, func(f RangeCoverage) bool { return covers(f, e) }) {
 			out = append(out, e)
 		}
 	}
 	slices.SortStableFunc(out, func(x, y RangeCoverage) int { return cmp.Compare(x.Since, y.Since) })
-	return out
+	return JoinCoverage(out)
+}
+
+// topCovered returns e's Until, or, if fresh (sorted by Since) holds
+// ranges that touch one another from above e's Since to e's top, the
+// second before the lowest of them.
+func topCovered(e RangeCoverage, fresh []RangeCoverage) int64 {
+	for i, f := range fresh {
+		if f.Since <= e.Since || e.Until != 0 && f.Since > e.Until {
+			continue
+		}
+		end := f.Until // 0: open
+		for _, g := range fresh[i+1:] {
+			if end == 0 || e.Until != 0 && end >= e.Until || g.Since > end+1 {
+				break
+			}
+			if g.Until == 0 || g.Until > end {
+				end = g.Until
+			}
+		}
+		if end == 0 || e.Until != 0 && end >= e.Until {
+			return f.Since - 1
+		}
+	}
+	return e.Until
 }
 
 // covers reports whether range a holds all of range b (Until 0: open).
@@ -226,14 +247,15 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 // JoinCoverage joins neighbouring ranges (in the record's order) that
 // touch and were proven the same way for the same reason: a
 // crawl records one per shard, dozens of lines saying the same. What
-// they hold and count is summed.
+// they hold and count is summed; the joined range was proven at the
+// oldest of their times.
 func JoinCoverage(cs []RangeCoverage) []RangeCoverage {
 	var out []RangeCoverage
 	for _, c := range cs {
 		if n := len(out); n > 0 {
 			p := &out[n-1]
 			if p.Proof == c.Proof && p.Why == c.Why && p.Repaged == 0 && c.Repaged == 0 && p.Until != 0 && p.Until+1 == c.Since {
-				p.Until, p.Held, p.Count = c.Until, p.Held+c.Held, p.Count+c.Count
+				p.Until, p.Held, p.Count, p.At = c.Until, p.Held+c.Held, p.Count+c.Count, min(p.At, c.At)
 				continue
 			}
 		}

@@ -41,6 +41,18 @@ func (f filterJSON) bytes() []byte {
 	return b
 }
 
+// liveOnly renders f (whose Limit is 0) with "limit": 0, which asks for
+// no stored events, only those published while the subscription is open
+// (NIP-01; a relay reading 0 as its default limit sends a page too, which
+// dedup absorbs).
+func (f filterJSON) liveOnly() []byte {
+	b := f.bytes()
+	if len(b) == 2 {
+		return []byte(`{"limit":0}`)
+	}
+	return append(b[:len(b)-1], `,"limit":0}`...)
+}
+
 // jobFilter is the job's filter (kinds, authors) over since..until.
 func (o *Options) jobFilter(since, until *int64, limit int) filterJSON {
 	return filterJSON{Kinds: o.Kinds, Authors: o.Authors, Since: since, Until: until, Limit: limit}

@@ -12,7 +12,11 @@ import (
 
 // TailOptions configure a live tail.
 type TailOptions struct {
-	Since   int64         // created_at to start from
+	Since int64 // created_at to start from
+	// Floor is the job's oldest created_at: events published while the
+	// tail is connected are stored whatever their created_at down to it
+	// (0: no floor).
+	Floor   int64
 	Overlap time.Duration // on reconnect, resume this long before the newest event seen; default 10m
 	Flush   time.Duration // how often arrived events are committed; default 500ms
 	// MaxBuffered bounds events held between flushes; default 20000.
@@ -24,8 +28,11 @@ type TailOptions struct {
 // for good (auth-required, blocked:, restricted:). Dropped connections
 // and refusals reconnect with backoff and full jitter, resuming from the
 // newest created_at seen (once the relay's stored events are all in)
-// minus the overlap; ids dedup what is fetched twice. Backdated events older than the overlap are not a tail's job:
-// the daemon's periodic catch-up crawl gets them.
+// minus the overlap; ids dedup what is fetched twice. Events published
+// with an older created_at (backdated: a client sending a user's history
+// to a relay the user just added, a rebroadcast) are stored if they
+// arrive while the tail is connected; those published while it is not are
+// past its reach.
 func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) error {
 	url, err := NormalizeURL(relay)
 	if err != nil {
@@ -60,7 +67,15 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		}
 		rm.conns.Inc()
 		since := max(opts.Since, hwm-int64(opts.Overlap/time.Second))
-		f := c.opts.jobFilter(&since, nil, 0).bytes()
+		// Two filters: the stored events from the resume point on, and
+		// (limit 0: none stored) every event published from now on,
+		// whatever its created_at. With the first alone a relay pushes no
+		// backdated event: it is older than the filter's since.
+		var floor *int64
+		if opts.Floor > 0 {
+			floor = &opts.Floor
+		}
+		f := append(append(c.opts.jobFilter(&since, nil, 0).bytes(), ','), c.opts.jobFilter(floor, nil, 0).liveOnly()...)
 		log.Info("tail subscribed", zap.Int64("since", since))
 		// The stored events before EOSE come newest first: if the
 		// connection drops among them, the older ones have not come yet,

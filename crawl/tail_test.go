@@ -3,6 +3,7 @@ package crawl_test
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"slices"
 	"sync"
 	"testing"
@@ -72,4 +73,75 @@ func TestTail(t *testing.T) {
 	wg.Wait()
 	a.verify(t)
 	assertExactValidSet(t, a, f)
+}
+
+// Events published with an old created_at while the tail is connected (a
+// client sending a user's history to a relay the user just added) are
+// stored, down to the job's floor: a live filter with the resume point's
+// since would never see them.
+func TestTailBackdated(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 8, Events: 600, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := slices.Clone(f.Items) // every one valid: only Events is set
+	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	// The oldest 100 are under the floor, the next 200 are published
+	// backdated while the tail runs, the newest 300 are the history.
+	under, backdated, history := items[:100], items[100:300], items[300:]
+	floor, since := backdated[0].CreatedAt, history[0].CreatedAt
+	relay := startRelay(t, testrelay.Options{}, history)
+	a := openArchive(t)
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done }) // before the store closes, even on failure
+	go func() {
+		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: since, Floor: floor, Flush: 10 * time.Millisecond, Overlap: time.Second})
+	}()
+	held := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, _ := a.store.Stats(); st.Events >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, _ := a.store.Stats()
+				t.Fatalf("archive holds %d events, want %d", st.Events, n)
+			}
+		}
+	}
+	held(int64(len(history)))
+	relay.Add(under...)
+	relay.Add(backdated...)
+	held(int64(len(history) + len(backdated)))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	a.verify(t)
+	got := map[string]bool{}
+	for id := range a.exported(t) {
+		got[hex.EncodeToString(id[:])] = true
+	}
+	if len(got) != len(history)+len(backdated) {
+		t.Errorf("exported %d events, want %d", len(got), len(history)+len(backdated))
+	}
+	for _, it := range under {
+		if got[it.ID] {
+			t.Fatalf("event %s, created under the floor, was stored", it.ID)
+		}
+	}
+	for _, set := range [][]testrelay.Item{history, backdated} {
+		for _, it := range set {
+			if !got[it.ID] {
+				t.Fatalf("event %s (created_at %d) is missing", it.ID, it.CreatedAt)
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -60,15 +61,20 @@ func (l *relayLoop) set(f func(l *relayLoop)) {
 
 // run runs the relay until a pass fails, a bounded job is done, or ctx
 // ends. It holds the host's lease (one heavy pass per host) through each
-// backfill and gives it up for the quiet tail.
+// backfill; the live tail needs none and runs beside the passes, from
+// before the first one: an event published with an old created_at (a
+// user's history sent to a relay they just added, a rebroadcast) lies in
+// a range a pass has paged, and only a subscription open when it arrives
+// sees it.
 func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
+	tail := l.startTail(ctx)
+	defer tail.stop()
 	got := false // some pass got through: the scheduler restarts the failure count
 	for ctx.Err() == nil {
 		if lease.Acquire(ctx) != nil {
 			break
 		}
 		l.set(func(l *relayLoop) { l.state = StateBackfill })
-		start := time.Now()
 		res := l.backfill(ctx)
 		lease.Release()
 		if ctx.Err() != nil {
@@ -77,7 +83,7 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 		// Incomplete walls, unproven ranges and damage the relay did not
 		// serve again are reported, not retried at once: paging the same
 		// relay again soon would yield the same.
-		// The live tail starts, but the backfill is complete only when
+		// The live tail goes on, but the backfill is complete only when
 		// drained: /status's backfill_complete is a promise.
 		ok := res.Finish == crawl.FinishDrained || res.Finish == crawl.FinishIncompleteWalls || res.Finish == crawl.FinishUnproven ||
 			res.Finish == crawl.FinishDamaged
@@ -96,25 +102,63 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 			return sched.Outcome{OK: got, Err: res.Finish + ": " + res.Detail}
 		}
 		got = true
-		if !l.cfg.Live || l.cfg.Until != 0 {
+		if tail == nil {
 			l.set(func(l *relayLoop) { l.state = StateStopped })
 			return sched.Outcome{OK: true, Done: true} // a bounded job is done
 		}
 		l.set(func(l *relayLoop) { l.state = StateLive })
-		tailCtx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.CatchupInterval))
-		since := start.Add(-time.Duration(l.cfg.TailOverlap)).Unix()
-		c, err := l.crawler()
-		if err == nil {
-			err = c.Tail(tailCtx, l.cfg.URL, crawl.TailOptions{Since: since, Overlap: time.Duration(l.cfg.TailOverlap)})
-		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			l.log.Warn("live tail refused", zap.Error(err))
-			l.set(func(l *relayLoop) { l.state = StateWaiting })
-			return sched.Outcome{OK: true, Err: "tail: " + err.Error()}
+		select {
+		case <-ctx.Done():
+		case <-tail.stopped:
+			if ctx.Err() == nil {
+				l.log.Warn("live tail refused", zap.Error(tail.err))
+				l.set(func(l *relayLoop) { l.state = StateWaiting })
+				return sched.Outcome{OK: true, Err: "tail: " + tail.err.Error()}
+			}
+		case <-time.After(time.Duration(l.cfg.CatchupInterval)):
 		}
 	}
 	return sched.Outcome{OK: got}
+}
+
+// liveTail is a relay's live tail, run by relayLoop.run beside its passes.
+type liveTail struct {
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when the tail has returned
+	err     error         // why it returned, set before stopped closes
+}
+
+// startTail starts the relay's live tail, or returns nil for a bounded job
+// (until set, or live off).
+func (l *relayLoop) startTail(ctx context.Context) *liveTail {
+	if !l.cfg.Live || l.cfg.Until != 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	t := &liveTail{cancel: cancel, stopped: make(chan struct{})}
+	overlap := time.Duration(l.cfg.TailOverlap)
+	since := time.Now().Add(-overlap).Unix()
+	go func() {
+		defer close(t.stopped)
+		c, err := l.crawler()
+		if err == nil {
+			err = c.Tail(ctx, l.cfg.URL, crawl.TailOptions{Since: since, Floor: int64(l.cfg.Since), Overlap: overlap})
+		}
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped") // Tail returns nil only when ctx ends
+		}
+		t.err = err
+	}()
+	return t
+}
+
+// stop stops the tail and waits for it; a nil tail is none.
+func (t *liveTail) stop() {
+	if t == nil {
+		return
+	}
+	t.cancel()
+	<-t.stopped
 }
 
 func (l *relayLoop) backfill(ctx context.Context) crawl.Result {

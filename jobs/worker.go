@@ -452,7 +452,7 @@ func (w *Worker) crawl(ctx context.Context, j *Job, urls []string, log *zap.Logg
 				since = w.opts.Now().Unix()
 			}
 			out[i] = crawl.Result{Relay: u, Finish: crawl.FinishCanceled}
-			if err := c.Tail(ctx, u, crawl.TailOptions{Since: since}); err != nil {
+			if err := c.Tail(ctx, u, crawl.TailOptions{Since: since, Floor: j.Filter.Since}); err != nil {
 				out[i] = crawl.Result{Relay: u, Finish: crawl.FinishRefused, Detail: err.Error()}
 			}
 		}()

@@ -395,15 +395,16 @@ wait:
 // already handed over) when the relay closes the subscription, the
 // connection goes away, more than maxBuffered events pile up between two
 // flushes (EndOverflow: the caller resumes from its high-water mark), fn
-// fails, or ctx ends.
-func (c *Conn) Stream(ctx context.Context, filter []byte, flush time.Duration, maxBuffered int,
+// fails, or ctx ends. filters is one or more JSON filter objects,
+// comma-separated, as they go into the REQ.
+func (c *Conn) Stream(ctx context.Context, filters []byte, flush time.Duration, maxBuffered int,
 	fn func(items []Item, malformed []Malformed, eose bool) error) (*Page, error) {
 	s := &sub{stream: true, limit: max(1, maxBuffered/overflowFactor), finished: make(chan struct{}), sent: time.Now()}
 	if err := c.register(s, subPrefixStream); err != nil {
 		return nil, err
 	}
 	defer c.forget(s)
-	if err := c.write(append(append([]byte(`["REQ","`+s.id+`",`), filter...), ']')); err != nil {
+	if err := c.write(append(append([]byte(`["REQ","`+s.id+`",`), filters...), ']')); err != nil {
 		return nil, err
 	}
 	take := func() error {
