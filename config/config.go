@@ -154,6 +154,12 @@ type Relay struct {
 	// for events the live subscription missed (disconnects, backdated
 	// events). Default "1h".
 	CatchupInterval Duration `toml:"catchup_interval"`
+	// RecheckInterval is how often a live relay's earlier ranges are
+	// checked against its NIP-77 or COUNT again (the first pass of each
+	// process does it too), and paged again where the relay now holds
+	// events the archive lacks: events published with an old created_at
+	// while the tail was not connected. 0 turns it off. Default "24h".
+	RecheckInterval Duration `toml:"recheck_interval"`
 	// TailOverlap is how far before the newest archived created_at the
 	// live subscription and each catch-up start. Default "10m".
 	TailOverlap Duration `toml:"tail_overlap"`

@@ -73,6 +73,7 @@ func TestParseFiles(t *testing.T) {
 			"relay[3].kinds[1]", "relay[3].kinds[2]",
 			"relay[3].until",
 			"relay[4].catchup_interval",
+			"relay[4].recheck_interval",
 			"relay[4].tail_overlap",
 			"relay[4].until",
 		}},
@@ -164,6 +165,7 @@ func TestFull(t *testing.T) {
 			Authors:         []string{"3bf0c63fcb93463407af97a5e5ee64fa883d107ef9e558472c4eb9aaaefa459d"},
 			Live:            false,
 			CatchupInterval: Duration(30 * time.Minute),
+			RecheckInterval: Duration(24 * time.Hour),
 			TailOverlap:     Duration(5 * time.Minute),
 			AuthKeyFile:     "/etc/archiver/example.key",
 		}, {
@@ -171,12 +173,14 @@ func TestFull(t *testing.T) {
 			Since:           1672531200, // a TOML local date is midnight UTC
 			Live:            true,
 			CatchupInterval: Duration(2 * time.Hour),
+			RecheckInterval: Duration(24 * time.Hour),
 			TailOverlap:     Duration(10 * time.Minute),
 		}, {
 			URL:             "ws://127.0.0.1:7777/path",
 			Since:           1704103200, // 12:00+02:00
 			Live:            true,
 			CatchupInterval: Duration(time.Hour),
+			RecheckInterval: Duration(24 * time.Hour),
 			TailOverlap:     0, // set explicitly: not replaced by the default
 		}},
 		NATS: &NATS{

@@ -45,6 +45,7 @@ func DefaultRelay() Relay {
 	return Relay{
 		Live:            true,
 		CatchupInterval: Duration(time.Hour),
+		RecheckInterval: Duration(24 * time.Hour),
 		TailOverlap:     Duration(10 * time.Minute),
 	}
 }

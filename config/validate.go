@@ -202,6 +202,9 @@ func (r *Relay) check(p *problems, i int, seen map[string]int) {
 	if r.Live && r.CatchupInterval <= 0 {
 		p.add(key("catchup_interval"), r.CatchupInterval, "must be positive")
 	}
+	if r.RecheckInterval < 0 {
+		p.add(key("recheck_interval"), r.RecheckInterval, "must not be negative (0 turns it off)")
+	}
 	if r.TailOverlap < 0 {
 		p.add(key("tail_overlap"), r.TailOverlap, "must not be negative")
 	}

@@ -178,7 +178,8 @@ func (r *relayCrawl) observeAuthors(items []relayconn.Item) {
 // stands. Ranges finished by an earlier run are recorded as paged.
 func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 	r.mu.Lock()
-	if len(r.tallies) == 0 {
+	paged := len(r.tallies) > 0
+	if !paged && !r.c.opts.Recheck {
 		r.mu.Unlock()
 		return nil // nothing paged this run: the record keeps what it had
 	}
@@ -189,13 +190,18 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		earlier      bool
 	}
 	var todo []rng
+	below := shard.OpenTop // the lowest second of this generation's shards
 	for _, s := range shards {
-		if t := r.tallies[s.ID]; t != nil {
+		below = min(below, s.Since)
+		switch t := r.tallies[s.ID]; {
+		case !paged:
+		case t != nil:
 			todo = append(todo, rng{s.Since, t.top, t.malformed, false})
-		} else {
+		default:
 			todo = append(todo, rng{s.Since, s.Until, 0, true})
 		}
 	}
+	jobSince := r.job.meta.Since
 	r.mu.Unlock()
 	now := r.c.opts.Now().Unix()
 	var out []RangeCoverage
@@ -236,6 +242,9 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		}
 		out = append(out, c)
 	}
+	if r.c.opts.Recheck && below > jobSince && ctx.Err() == nil {
+		out = append(out, r.recheck(ctx, jobSince, below-1, now)...)
+	}
 	if r.broadFilter() && servedNothing(out) && !r.servesBroad(ctx) {
 		for i := range out {
 			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
@@ -243,6 +252,54 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 	}
 	return out
 }
+
+// recheck checks [since, until], which earlier runs paged, against the
+// relay again: events published with an old created_at while no tail was
+// connected (the daemon was down, a connection dropped) lie in ranges no
+// later pass pages. A range held in full as the relay counts it is proven
+// afresh; a range counted short is halved until a half is a few pages'
+// worth, which is paged again (checkRange), so that a handful of such
+// events costs COUNTs, not a crawl of the relay. Over NIP-77 the range is
+// reconciled instead. It returns the ranges it proved or found short; none
+// where the relay answers neither (the record's word stands).
+func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []RangeCoverage {
+	if ctx.Err() != nil {
+		return nil
+	}
+	held, err := r.held(since, until)
+	if err != nil {
+		return []RangeCoverage{{Since: since, Until: until, Proof: ProofUnproven, Why: fmt.Sprintf("counting what the archive holds: %v", err), At: now}}
+	}
+	if r.nip77 && held <= maxNegAudit {
+		if ok, fetched, err := r.negRange(ctx, since, until); err == nil && ok {
+			return []RangeCoverage{{Since: since, Until: until, Proof: ProofNIP77, Held: held + int64(fetched), At: now}}
+		}
+	}
+	if !r.count {
+		return nil
+	}
+	rc, ok := r.countEvents(ctx, since, until)
+	if !ok {
+		return nil
+	}
+	c := RangeCoverage{Since: since, Until: until, Proof: ProofPaged, Held: held, Count: rc.n, At: now}
+	switch {
+	case rc.proves() && rc.n <= held:
+		c.Proof = ProofCount
+		return []RangeCoverage{c}
+	case until > since && (!rc.proves() || rc.n > int64(recheckPages*r.limit)):
+		mid := since + (until-since)/2
+		return append(r.recheck(ctx, since, mid, now), r.recheck(ctx, mid+1, until, now)...)
+	}
+	r.log.Info("a range paged before is short of the relay's COUNT now; paging it again", zap.Int64("since", since),
+		zap.Int64("until", until), zap.Int64("count", rc.n), zap.Int64("held", held))
+	r.checkRange(ctx, &c, since, until, 0)
+	return []RangeCoverage{c}
+}
+
+// recheckPages is how many pages' worth of events a range counted short
+// on a recheck may hold and be paged again whole rather than halved.
+const recheckPages = 4
 
 // JoinCoverage joins neighbouring ranges (in the record's order) that
 // touch and were proven the same way for the same reason: a
@@ -451,7 +508,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 		case oldest < cursor:
 			cursor = oldest
 		default:
-			if r.full(n, frames) {
+			if r.secondFull(ctx, n, frames) {
 				if err := r.completeWall(ctx, cursor); err != nil {
 					return err
 				}

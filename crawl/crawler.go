@@ -75,6 +75,12 @@ type Options struct {
 	// process (the daemon's later passes of a relay). A crawl that skips it
 	// trusts the archive's bodies in those ranges.
 	SkipReadBack bool
+	// Recheck checks the job's range below what this run plans (what
+	// earlier runs paged) against the relay's NIP-77 or COUNT again, and
+	// pages again where the relay now holds events the archive lacks:
+	// events published with an old created_at while no tail was
+	// connected. For the daemon's periodic recheck and `crawl --recheck`.
+	Recheck bool
 	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
 	// (see auth.go); a relay without a key is never authenticated to.
 	AuthKeys *AuthKeys

@@ -144,7 +144,8 @@ const countSlices = 16
 // countDensity asks the relay's NIP-45 COUNT for [since, until] and, if
 // it holds more than a page, for equal time slices of it, and feeds the
 // answers to the density estimate. It returns the total and whether every
-// COUNT was answered and something was counted.
+// COUNT was answered exactly (a range counted empty is planned as one
+// shard: a catch-up of a quiet relay pages it once, not once a slice).
 func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) (int64, bool) {
 	if !r.count {
 		return 0, false
@@ -154,7 +155,7 @@ func (r *relayCrawl) countDensity(ctx context.Context, since, until int64) (int6
 	// the whole range, so the plan is made by probes instead.
 	c, ok := r.countEvents(ctx, since, until)
 	total := c.n
-	if !ok || !c.proves() || total == 0 {
+	if !ok || !c.proves() {
 		return 0, false
 	}
 	if total <= int64(r.limit) {

@@ -364,7 +364,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// inside one second is one too if the relay's COUNT for it says
 		// more than the page held (a relay may cut pages below any size
 		// we learned).
-		wall = full || r.possibleWall(ctx, s.Cursor, n)
+		wall = r.secondFull(ctx, n, frames) || r.possibleWall(ctx, s.Cursor, n)
 		cursor = s.Cursor - 1
 	}
 	if wall {
@@ -390,6 +390,45 @@ func (r *relayCrawl) full(n, frames int) bool {
 	// frames too: a relay whose duplicate frames count toward its clamp
 	// cuts a page at fewer distinct events than it learned.
 	return eff == 0 || n >= eff || frames >= eff || n >= r.limit || frames >= r.limit
+}
+
+// secondFull is full(n, frames) for a page whose events are all in one
+// second: it may be a wall. If the page is under the limit, the relay's
+// page size is learned first, once per run, from a page of the job's
+// whole range: what a run learns from its own pages is the most one of
+// them held, and a run that finds events one or two at a time (a
+// catch-up over the last minutes) would take each for a wall, which a
+// relay without COUNT cannot prove whole. The relay serves at least as
+// many events a page as that page holds; one holding fewer than the limit
+// in all may be cutting every page at that size, and is learned no more.
+func (r *relayCrawl) secondFull(ctx context.Context, n, frames int) bool {
+	if !r.full(n, frames) || n >= r.limit {
+		return r.full(n, frames)
+	}
+	r.sizeOnce.Do(func() {
+		r.mu.Lock()
+		since := r.job.meta.Since
+		r.mu.Unlock()
+		page, _, err := r.fetch(ctx, r.filter(since, shard.OpenTop, nil, nil))
+		if err != nil {
+			return
+		}
+		defer page.Release()
+		if page.End != relayconn.EndEOSE {
+			return
+		}
+		ids := make(map[[32]byte]struct{}, len(page.Items))
+		for _, it := range page.Items {
+			if it.CreatedAt >= since {
+				ids[it.ID] = struct{}{}
+			}
+		}
+		r.mu.Lock()
+		r.rec.EffectiveLimit = max(r.rec.EffectiveLimit, min(len(ids), r.limit))
+		r.mu.Unlock()
+		r.log.Debug("learned the relay's page size", zap.Int("at_least", min(len(ids), r.limit)))
+	})
+	return r.full(n, frames)
 }
 
 // possibleWall reports whether a short page of n distinct events, all in

@@ -117,6 +117,9 @@ type relayCrawl struct {
 	finishOnce sync.Once
 	finish     Result
 	cancel     context.CancelFunc
+	// sizeOnce asks for one page to learn the relay's page size
+	// (secondFull).
+	sizeOnce sync.Once
 }
 
 func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {

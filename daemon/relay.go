@@ -43,6 +43,9 @@ type relayLoop struct {
 	// what earlier runs stored of the relay; later passes skip that while
 	// the store has met no damage since.
 	readBack bool
+	// rechecked is when the last pass that rechecked the relay's earlier
+	// ranges started (zero: none in this process).
+	rechecked time.Time
 }
 
 // startRelaysLocked hands every relay of cfg not known yet to the
@@ -75,7 +78,9 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 			break
 		}
 		l.set(func(l *relayLoop) { l.state = StateBackfill })
-		res := l.backfill(ctx)
+		start := time.Now()
+		recheck := l.recheckDue(start)
+		res := l.backfill(ctx, recheck)
 		lease.Release()
 		if ctx.Err() != nil {
 			break
@@ -90,6 +95,9 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 		l.set(func(l *relayLoop) {
 			l.last, l.passes = res, l.passes+1
 			l.readBack = l.readBack || ok && res.Finish != crawl.FinishDamaged
+			if ok && recheck {
+				l.rechecked = start
+			}
 			if ok {
 				// A pass that could not reach the relay leaves the last
 				// finished pass's word standing.
@@ -140,7 +148,7 @@ func (l *relayLoop) startTail(ctx context.Context) *liveTail {
 	since := time.Now().Add(-overlap).Unix()
 	go func() {
 		defer close(t.stopped)
-		c, err := l.crawler()
+		c, err := l.crawler(false)
 		if err == nil {
 			err = c.Tail(ctx, l.cfg.URL, crawl.TailOptions{Since: since, Floor: int64(l.cfg.Since), Overlap: overlap})
 		}
@@ -161,8 +169,19 @@ func (t *liveTail) stop() {
 	<-t.stopped
 }
 
-func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
-	c, err := l.crawler()
+// recheckDue reports whether a pass starting at now rechecks the relay's
+// earlier ranges: the first of this process (the relay may have been sent
+// backdated events while nothing tailed it) and then every
+// recheck_interval.
+func (l *relayLoop) recheckDue(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	every := time.Duration(l.cfg.RecheckInterval)
+	return every > 0 && (l.rechecked.IsZero() || now.Sub(l.rechecked) >= every)
+}
+
+func (l *relayLoop) backfill(ctx context.Context, recheck bool) crawl.Result {
+	c, err := l.crawler(recheck)
 	if err != nil {
 		return crawl.Result{Relay: l.cfg.URL, Finish: crawl.FinishGaveUp, Detail: err.Error()}
 	}
@@ -170,8 +189,9 @@ func (l *relayLoop) backfill(ctx context.Context) crawl.Result {
 }
 
 // crawler builds the crawl for this relay's job from the configuration.
-func (l *relayLoop) crawler() (*crawl.Crawler, error) {
+func (l *relayLoop) crawler(recheck bool) (*crawl.Crawler, error) {
 	o := l.d.crawlOptions()
+	o.Recheck = recheck
 	o.Dialer = l.d.dialerFor(l.cfg.URL)
 	o.Since, o.Until, o.Kinds, o.Authors = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds, l.cfg.Authors
 	// Reading a relay's whole history back every catch-up interval would

@@ -1,0 +1,106 @@
+package crawl_test
+
+import (
+	"cmp"
+	"encoding/hex"
+	"slices"
+	"testing"
+
+	"github.com/nostr-archiver/archiver/crawl"
+	"github.com/nostr-archiver/archiver/testrelay"
+)
+
+// Events published to a relay with an old created_at while nothing tailed
+// it lie in ranges that earlier runs proved: a later run extends the open
+// job from just before its last end and never sees them. With Recheck a
+// run checks what lies below its plan against the relay's COUNT or NIP-77
+// again, pages again only where the relay now counts more (halving a
+// range counted short), and finds them; a relay that answers neither
+// proves nothing, and the recheck claims nothing either.
+func TestRecheck(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		name  string
+		relay testrelay.Options
+		proof string // every range's proof after the recheck; "" for none found
+	}{
+		{"COUNT", testrelay.Options{MaxLimit: 100, SupportCount: true}, crawl.ProofCount},
+		{"NIP-77", testrelay.Options{MaxLimit: 100, NIP77: true}, crawl.ProofNIP77},
+		{"neither", testrelay.Options{MaxLimit: 100}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 23, Events: 3000, CacheDir: fixtureCache(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			items := slices.Clone(f.Items) // every one valid: only Events is set
+			slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+			// 40 events of one day in the middle of the relay's month
+			// arrive after the first crawl.
+			late := items[1200:1240]
+			relay := startRelay(t, tc.relay, slices.Concat(items[:1200], items[1240:]))
+			a := openArchive(t)
+			missing := func() int {
+				got, n := a.exported(t), 0
+				for _, it := range late {
+					id, _ := hex.DecodeString(it.ID)
+					if !got[[32]byte(id)] {
+						n++
+					}
+				}
+				return n
+			}
+			run := func(at int64, recheck bool) crawl.Result {
+				t.Helper()
+				res := a.crawl(t, crawl.Options{Now: clockAt(at), Recheck: recheck}, relay.URL())[0]
+				if !res.Drained() {
+					t.Fatalf("crawl at %d (recheck %v): %v", at, recheck, res)
+				}
+				a.verify(t)
+				return res
+			}
+			before := relay.Stats()
+			run(f.Until, false)
+			full := relay.Stats().REQs - before.REQs
+			relay.Add(late...)
+			before = relay.Stats()
+			run(f.Until+3600, false)
+			catchup := relay.Stats().REQs - before.REQs
+			if n := missing(); n != len(late) {
+				t.Fatalf("a run without recheck found %d of the %d late events: the test proves nothing", len(late)-n, len(late))
+			}
+			before = relay.Stats()
+			res := run(f.Until+7200, true)
+			reqs := relay.Stats().REQs - before.REQs
+			rec := a.record(t)
+			if tc.proof == "" {
+				if n := missing(); n != len(late) {
+					t.Errorf("the recheck of a relay without COUNT or NIP-77 found %d late events", len(late)-n)
+				}
+				for _, c := range rec.Coverage {
+					if c.Proof != crawl.ProofPaged {
+						t.Errorf("range %+v claims more than paged", c)
+					}
+				}
+				return
+			}
+			if n := missing(); n != 0 {
+				t.Fatalf("the recheck left %d of %d late events missing", n, len(late))
+			}
+			assertExactValidSet(t, a, f)
+			if res.Proof != tc.proof {
+				t.Errorf("proof %q, want %q", res.Proof, tc.proof)
+			}
+			for _, c := range rec.Coverage {
+				if c.Proof != tc.proof {
+					t.Errorf("range %+v not proven by %s", c, tc.proof)
+				}
+			}
+			// The late events are in one range of under 4 pages.
+			if tc.relay.SupportCount && reqs-catchup > 8 {
+				t.Errorf("the catch-up with a recheck sent %d REQs, without %d: it paged more than where the events were", reqs, catchup)
+			}
+			t.Logf("first crawl %d REQs, catch-up %d, catch-up with recheck %d; coverage %+v", full, catchup, reqs, rec.Coverage)
+		})
+	}
+}
