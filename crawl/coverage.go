@@ -260,7 +260,7 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 // afresh; a range counted short is halved until a half is a few pages'
 // worth, which is paged again (checkRange), so that a handful of such
 // events costs COUNTs, not a crawl of the relay. Over NIP-77 the range is
-// reconciled instead. It returns the ranges it proved or found short; none
+// reconciled instead (halved while it holds more than maxNegAudit). It returns the ranges it proved or found short; none
 // where the relay answers neither (the record's word stands).
 func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []RangeCoverage {
 	if ctx.Err() != nil {
@@ -270,7 +270,10 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 	if err != nil {
 		return []RangeCoverage{{Since: since, Until: until, Proof: ProofUnproven, Why: fmt.Sprintf("counting what the archive holds: %v", err), At: now}}
 	}
-	if r.nip77 && held <= maxNegAudit {
+	if r.nip77 {
+		if held > maxNegAudit && until > since {
+			return r.recheckHalves(ctx, since, until, now)
+		}
 		if ok, fetched, err := r.negRange(ctx, since, until); err == nil && ok {
 			return []RangeCoverage{{Since: since, Until: until, Proof: ProofNIP77, Held: held + int64(fetched), At: now}}
 		}
@@ -288,13 +291,18 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 		c.Proof = ProofCount
 		return []RangeCoverage{c}
 	case until > since && (!rc.proves() || rc.n > int64(recheckPages*r.limit)):
-		mid := since + (until-since)/2
-		return append(r.recheck(ctx, since, mid, now), r.recheck(ctx, mid+1, until, now)...)
+		return r.recheckHalves(ctx, since, until, now)
 	}
 	r.log.Info("a range paged before is short of the relay's COUNT now; paging it again", zap.Int64("since", since),
 		zap.Int64("until", until), zap.Int64("count", rc.n), zap.Int64("held", held))
 	r.checkRange(ctx, &c, since, until, 0)
 	return []RangeCoverage{c}
+}
+
+// recheckHalves rechecks the two halves of [since, until].
+func (r *relayCrawl) recheckHalves(ctx context.Context, since, until, now int64) []RangeCoverage {
+	mid := since + (until-since)/2
+	return append(r.recheck(ctx, since, mid, now), r.recheck(ctx, mid+1, until, now)...)
 }
 
 // recheckPages is how many pages' worth of events a range counted short

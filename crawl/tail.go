@@ -54,6 +54,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 	log := c.opts.Logger.With(zap.String("relay", url), zap.String("mode", "tail"))
 	rm := c.opts.Metrics.forRelay(url)
 	hwm := opts.Since
+	liveOnly := true // send the second filter (below) until the relay refuses it
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			if err := c.backoff(ctx, min(attempt, 8)); err != nil {
@@ -71,11 +72,14 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		// (limit 0: none stored) every event published from now on,
 		// whatever its created_at. With the first alone a relay pushes no
 		// backdated event: it is older than the filter's since.
-		var floor *int64
-		if opts.Floor > 0 {
-			floor = &opts.Floor
+		f := c.opts.jobFilter(&since, nil, 0).bytes()
+		if liveOnly {
+			var floor *int64
+			if opts.Floor > 0 {
+				floor = &opts.Floor
+			}
+			f = append(append(f, ','), c.opts.jobFilter(floor, nil, 0).liveOnly()...)
 		}
-		f := append(append(c.opts.jobFilter(&since, nil, 0).bytes(), ','), c.opts.jobFilter(floor, nil, 0).liveOnly()...)
 		log.Info("tail subscribed", zap.Int64("since", since))
 		// The stored events before EOSE come newest first: if the
 		// connection drops among them, the older ones have not come yet,
@@ -122,6 +126,13 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			}
 			rm.refusal("closed")
 			log.Info("tail closed by relay", zap.String("reason", page.Reason))
+			if liveOnly && !page.EOSE {
+				// Refused outright: perhaps the limit-0 filter (a relay
+				// reading 0 as a bad limit). Backdated events are then
+				// left to the daemon's recheck.
+				liveOnly = false
+				log.Warn("the relay closed the tail's REQ before its EOSE; tailing without the filter for backdated events", zap.String("reason", page.Reason))
+			}
 		default:
 			rm.refusal(page.End.String())
 			log.Info("tail interrupted", zap.Stringer("end", page.End), zap.String("reason", page.Reason))

@@ -145,3 +145,52 @@ func TestTailBackdated(t *testing.T) {
 		}
 	}
 }
+
+// A relay that closes a REQ naming limit 0 (taking it for a bad limit) is
+// tailed without the filter for backdated events: the history and what
+// is published later still arrive, instead of a REQ refused on every
+// reconnect.
+func TestTailLimitZeroRefused(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 9, Events: 400, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := slices.Clone(f.Items) // every one valid: only Events is set
+	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	history, later := items[:300], items[300:]
+	relay := startRelay(t, testrelay.Options{RejectLimitZero: true}, history)
+	a := openArchive(t)
+	c, err := crawl.New(crawl.Options{Store: a.store, Logger: zaptest.NewLogger(t), BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 10 * time.Millisecond, Overlap: time.Hour})
+	}()
+	held := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, _ := a.store.Stats(); st.Events >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, _ := a.store.Stats()
+				t.Fatalf("archive holds %d events, want %d", st.Events, n)
+			}
+		}
+	}
+	held(int64(len(history)))
+	relay.Add(later...)
+	held(int64(len(items)))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+}

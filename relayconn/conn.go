@@ -73,6 +73,8 @@ type Page struct {
 	// SentAuthed: the REQ went out after the relay had accepted our
 	// NIP-42 AUTH, so an auth-required answer is not for want of it.
 	SentAuthed bool
+	// EOSE: a stream's (Stream) EOSE had arrived before it ended.
+	EOSE bool
 
 	arena rawArena // the Items' Raw (see Release); a stream's page has none
 }
@@ -426,7 +428,11 @@ func (c *Conn) Stream(ctx context.Context, filters []byte, flush time.Duration, 
 			_ = c.write(closeMsg(s.id))
 			return nil, errors.Join(ctx.Err(), take())
 		case <-s.finished:
-			return &s.page, take()
+			err := take()
+			c.mu.Lock()
+			s.page.EOSE = s.eose
+			c.mu.Unlock()
+			return &s.page, err
 		case <-t.C:
 			if err := take(); err != nil {
 				_ = c.write(closeMsg(s.id))

@@ -561,6 +561,10 @@ func (c *conn) onReq(args []json.RawMessage, o *Options, count bool) {
 			return
 		}
 		f.strictBounds(o.SinceExclusive, o.UntilExclusive)
+		if o.RejectLimitZero && f.limit != nil && *f.limit == 0 {
+			c.refuse("CLOSED", id, reason(o, "invalid", "limit 0"))
+			return
+		}
 		filters = append(filters, f)
 	}
 	if o.AuthRequired && !c.authed {

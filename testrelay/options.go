@@ -194,6 +194,12 @@ type Options struct {
 	// NOTICE (naming no subscription) and still sends EOSE (responding.go
 	// handleRequest). 0: never.
 	FailQueryEvery int
+	// RejectLimitZero closes a REQ with a filter whose limit is 0 with
+	// ["CLOSED",sub,"invalid: limit 0"], as a relay that takes 0 for a
+	// bad limit does (khatru once answered a NEG-OPEN so), instead of
+	// sending no stored event and then what is published (NIP-01, khatru's
+	// REQs today).
+	RejectLimitZero bool
 	// NIP77 answers NEG-OPEN, NEG-MSG and NEG-CLOSE (negentropy) and lists
 	// 77 in NIP-11. Off, NEG-OPEN gets ["NOTICE","ERROR: unknown cmd: ..."].
 	NIP77 bool
