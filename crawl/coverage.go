@@ -260,7 +260,7 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 // afresh; a range counted short is halved until a half is a few pages'
 // worth, which is paged again (checkRange), so that a handful of such
 // events costs COUNTs, not a crawl of the relay. Over NIP-77 the range is
-// reconciled instead (halved while it holds more than maxNegAudit). It returns the ranges it proved or found short; none
+// reconciled instead, in pieces of at most recheckNegItems ids. It returns the ranges it proved or found short; none
 // where the relay answers neither (the record's word stands).
 func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []RangeCoverage {
 	if ctx.Err() != nil {
@@ -271,7 +271,7 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 		return []RangeCoverage{{Since: since, Until: until, Proof: ProofUnproven, Why: fmt.Sprintf("counting what the archive holds: %v", err), At: now}}
 	}
 	if r.nip77 {
-		if held > maxNegAudit && until > since {
+		if held > recheckNegItems && until > since {
 			return r.recheckHalves(ctx, since, until, now)
 		}
 		if ok, fetched, err := r.negRange(ctx, since, until); err == nil && ok {
@@ -304,6 +304,11 @@ func (r *relayCrawl) recheckHalves(ctx context.Context, since, until, now int64)
 	mid := since + (until-since)/2
 	return append(r.recheck(ctx, since, mid, now), r.recheck(ctx, mid+1, until, now)...)
 }
+
+// recheckNegItems bounds the archive's ids of one piece a recheck
+// reconciles over NIP-77 (held in memory, 40 bytes each: 5 MiB): the daemon
+// rechecks every relay's whole history at start, several relays at once.
+const recheckNegItems = 1 << 17
 
 // recheckPages is how many pages' worth of events a range counted short
 // on a recheck may hold and be paged again whole rather than halved.
