@@ -65,6 +65,11 @@ type Options struct {
 	Pause func(ctx context.Context) error
 	// Metrics, if set, receives the crawl's metrics (see NewMetrics).
 	Metrics *Metrics
+	// OnConnLimit, if set, is called when a relay refuses a connection
+	// with HTTP 429 (a per-address connection or rate limit): the daemon
+	// stops its live tail of the relay, which holds a connection. It may
+	// block until that connection is closed.
+	OnConnLimit func()
 	// OnCommit is called after each batch is durable (e.g. to wake the
 	// verify pool). It must not block.
 	OnCommit func()

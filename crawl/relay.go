@@ -410,6 +410,9 @@ func (r *relayCrawl) refusal(kind string, signal adaptive.Refusal) {
 func (r *relayCrawl) refusedDial(err error) {
 	if errors.Is(err, relayconn.ErrTooManyRequests) {
 		r.refusal("http-429", adaptive.HTTP429)
+		if r.c.opts.OnConnLimit != nil {
+			r.c.opts.OnConnLimit()
+		}
 	} else {
 		r.refusal("dial-error", 0)
 	}

@@ -35,69 +35,32 @@ func TestBackdatedEventsArchived(t *testing.T) {
 	r := serveItems(t, testrelay.Options{SupportCount: true, Latency: 50 * time.Millisecond}, history)
 	dir := t.TempDir()
 
-	type running struct {
-		d      *Daemon
-		cancel context.CancelFunc
-		done   chan error
+	start := func() *daemonRun {
+		return startDaemon(t, relayConfig(t, dir, r.URL(), func(c *config.Config) {
+			c.Relays[0].CatchupInterval = config.Duration(300 * time.Millisecond)
+		}))
 	}
-	start := func() *running {
-		cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{r.URL()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Relays[0].CatchupInterval = config.Duration(300 * time.Millisecond)
-		cfg.Limits.MinFreeDiskBytes = 0
-		d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		run := &running{d: d, cancel: cancel, done: make(chan error, 1)}
-		go func() { run.done <- d.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-run.done }) // a second receive after stop: Run's error is sent once
-		return run
-	}
-	stop := func(run *running) {
-		run.cancel()
-		if err := <-run.done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		run.done <- nil
-	}
-	waitFor := func(run *running, what string, ok func(*Status) bool) *Status {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			st := getStatus(t, run.d.Addr())
-			if len(st.Relays) == 1 && ok(st) {
-				return st
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s: %+v", what, st.Relays)
-			}
-		}
-	}
-
 	run := start()
-	waitFor(run, "the backfill", func(st *Status) bool { return st.Relays[0].BackfillComplete && st.Events == int64(len(history)) })
-	waitFor(run, "a catch-up pass", func(st *Status) bool { return st.Relays[0].State == StateBackfill && st.Relays[0].Passes >= 1 })
+	run.waitFor(t, "the backfill", func(st *Status) bool { return st.Relays[0].BackfillComplete && st.Events == int64(len(history)) })
+	run.waitFor(t, "a catch-up pass", func(st *Status) bool { return st.Relays[0].State == StateBackfill && st.Relays[0].Passes >= 1 })
 	r.Add(duringPass...)
-	waitFor(run, "the tail between passes", func(st *Status) bool { return st.Relays[0].State == StateLive && st.Relays[0].Passes >= 2 })
+	run.waitFor(t, "the tail between passes", func(st *Status) bool { return st.Relays[0].State == StateLive && st.Relays[0].Passes >= 2 })
 	r.Add(whileLive...)
 	held := int64(len(history) + len(duringPass) + len(whileLive))
-	st := waitFor(run, "the events published while tailed", func(st *Status) bool { return st.Events == held && st.Pending == 0 })
+	st := run.waitFor(t, "the events published while tailed", func(st *Status) bool { return st.Events == held && st.Pending == 0 })
 	// Every pass proved its ranges by COUNT: the record joins them
 	// instead of growing by a range per shard of every catch-up.
 	if rel := st.Relays[0]; len(rel.Coverage) != 1 || rel.Coverage[0].Proof != "count" || rel.Coverage[0].Until != 0 {
 		t.Errorf("after %d passes, coverage %+v; want one range, open, proven by COUNT", rel.Passes, rel.Coverage)
 	}
-	stop(run)
+	run.stop(t)
 
 	r.Add(whileDown...)
 	run = start()
-	waitFor(run, "the events published while the daemon was down", func(st *Status) bool {
+	run.waitFor(t, "the events published while the daemon was down", func(st *Status) bool {
 		return st.Relays[0].BackfillComplete && st.Events == int64(len(items)) && st.Pending == 0
 	})
-	stop(run)
+	run.stop(t)
 
 	store, err := rawstore.Open(rawstore.Options{Dir: dir})
 	if err != nil {
@@ -116,4 +79,100 @@ func TestBackdatedEventsArchived(t *testing.T) {
 			t.Errorf("event %s (created_at %d) not archived", it.ID, it.CreatedAt)
 		}
 	}
+}
+
+// daemonRun is a daemon run by a test.
+type daemonRun struct {
+	d      *Daemon
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startDaemon runs a daemon on cfg; it is stopped (Run must return nil)
+// when the test ends if not before.
+func startDaemon(t *testing.T, cfg *config.Config) *daemonRun {
+	t.Helper()
+	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &daemonRun{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- d.Run(ctx) }()
+	t.Cleanup(func() { run.stop(t) })
+	return run
+}
+
+// relayConfig is the configuration of a daemon archiving url into dir,
+// changed by edit.
+func relayConfig(t *testing.T, dir, url string, edit func(*config.Config)) *config.Config {
+	t.Helper()
+	cfg, err := config.Load("", config.Overrides{DataDir: dir, Listen: "127.0.0.1:0", Relays: []string{url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Limits.MinFreeDiskBytes = 0
+	edit(cfg)
+	return cfg
+}
+
+// stop stops the daemon and fails the test if Run failed.
+func (run *daemonRun) stop(t *testing.T) {
+	t.Helper()
+	if run.done == nil {
+		return
+	}
+	run.cancel()
+	if err := <-run.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	run.done = nil
+}
+
+// waitFor polls /status until ok holds of it (one relay), for at most a
+// minute.
+func (run *daemonRun) waitFor(t *testing.T, what string, ok func(*Status) bool) *Status {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st := getStatus(t, run.d.Addr())
+		if len(st.Relays) == 1 && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %+v", what, st.Relays)
+		}
+	}
+}
+
+// A relay that allows one connection per address: the live tail, which
+// runs beside the passes, holds it when a catch-up pass starts. The
+// relay's HTTP 429 stops the tail for the pass (and for every later
+// pass while it runs), instead of the pass retrying its connection while
+// the tail holds it.
+func TestTailYieldsToConnLimit(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 42, Events: 600})
+	items := slices.Clone(f.Items) // every one valid: only Events is set
+	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	history, later := items[:500], items[500:]
+	r := serveItems(t, testrelay.Options{SupportCount: true, MaxConnsPerIP: 1}, history)
+	run := startDaemon(t, relayConfig(t, t.TempDir(), r.URL(), func(c *config.Config) {
+		c.Relays[0].CatchupInterval = config.Duration(100 * time.Millisecond)
+		// The events published later are backdated: found by the tail if
+		// it is connected, else by a recheck.
+		c.Relays[0].RecheckInterval = config.Duration(time.Second)
+		c.Limits.MaxConnectionsPerRelay = 1
+		c.Limits.BackoffMin = config.Duration(10 * time.Millisecond)
+	}))
+	run.waitFor(t, "three passes", func(st *Status) bool {
+		rel := st.Relays[0]
+		return rel.Passes >= 3 && rel.BackfillComplete && rel.State == StateLive && st.Events == int64(len(history))
+	})
+	r.Add(later...)
+	st := run.waitFor(t, "the events published later", func(st *Status) bool { return st.Events == int64(len(items)) })
+	if rel := st.Relays[0]; rel.Failures != 0 || rel.LastFinish != "drained" || rel.Relay.Refusals["http-429"] == 0 {
+		t.Errorf("want a relay that refused a connection and never failed a pass: %+v", rel)
+	}
+	run.stop(t)
 }

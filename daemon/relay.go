@@ -46,6 +46,11 @@ type relayLoop struct {
 	// rechecked is when the last pass that rechecked the relay's earlier
 	// ranges started (zero: none in this process).
 	rechecked time.Time
+	// tail is the live tail while it runs (ensureTail, stopTail).
+	tail *liveTail
+	// tailYields: the relay refused a pass a connection while the tail
+	// held one (yieldTail); passes stop the tail while they run.
+	tailYields bool
 }
 
 // startRelaysLocked hands every relay of cfg not known yet to the
@@ -64,18 +69,25 @@ func (l *relayLoop) set(f func(l *relayLoop)) {
 
 // run runs the relay until a pass fails, a bounded job is done, or ctx
 // ends. It holds the host's lease (one heavy pass per host) through each
-// backfill; the live tail needs none and runs beside the passes, from
-// before the first one: an event published with an old created_at (a
-// user's history sent to a relay they just added, a rebroadcast) lies in
-// a range a pass has paged, and only a subscription open when it arrives
-// sees it.
+// backfill. The live tail needs none: it starts after the run's first
+// pass and then runs beside the passes, since an event published with an
+// old created_at (a user's history sent to a relay they just added, a
+// rebroadcast) lies in a range a pass has paged, and only a subscription
+// open when it arrives sees it. Once the relay refuses a pass's
+// connection with HTTP 429 (one allowed per address), the tail is
+// stopped and later passes stop it while they run (yieldTail).
 func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
-	tail := l.startTail(ctx)
-	defer tail.stop()
+	defer l.stopTail()
 	got := false // some pass got through: the scheduler restarts the failure count
 	for ctx.Err() == nil {
 		if lease.Acquire(ctx) != nil {
 			break
+		}
+		l.mu.Lock()
+		yields := l.tailYields
+		l.mu.Unlock()
+		if yields {
+			l.stopTail()
 		}
 		l.set(func(l *relayLoop) { l.state = StateBackfill })
 		start := time.Now()
@@ -110,15 +122,16 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 			return sched.Outcome{OK: got, Err: res.Finish + ": " + res.Detail}
 		}
 		got = true
-		if tail == nil {
+		if !l.cfg.Live || l.cfg.Until != 0 {
 			l.set(func(l *relayLoop) { l.state = StateStopped })
 			return sched.Outcome{OK: true, Done: true} // a bounded job is done
 		}
+		tail := l.ensureTail(ctx, start.Add(-time.Duration(l.cfg.TailOverlap)).Unix())
 		l.set(func(l *relayLoop) { l.state = StateLive })
 		select {
 		case <-ctx.Done():
 		case <-tail.stopped:
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && tail.err != nil {
 				l.log.Warn("live tail refused", zap.Error(tail.err))
 				l.set(func(l *relayLoop) { l.state = StateWaiting })
 				return sched.Outcome{OK: true, Err: "tail: " + tail.err.Error()}
@@ -136,21 +149,22 @@ type liveTail struct {
 	err     error         // why it returned, set before stopped closes
 }
 
-// startTail starts the relay's live tail, or returns nil for a bounded job
-// (until set, or live off).
-func (l *relayLoop) startTail(ctx context.Context) *liveTail {
-	if !l.cfg.Live || l.cfg.Until != 0 {
-		return nil
+// ensureTail returns the relay's live tail, started from since unless it
+// runs.
+func (l *relayLoop) ensureTail(ctx context.Context, since int64) *liveTail {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tail != nil {
+		return l.tail
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	t := &liveTail{cancel: cancel, stopped: make(chan struct{})}
-	overlap := time.Duration(l.cfg.TailOverlap)
-	since := time.Now().Add(-overlap).Unix()
+	l.tail = t
 	go func() {
 		defer close(t.stopped)
 		c, err := l.crawler(false)
 		if err == nil {
-			err = c.Tail(ctx, l.cfg.URL, crawl.TailOptions{Since: since, Floor: int64(l.cfg.Since), Overlap: overlap})
+			err = c.Tail(ctx, l.cfg.URL, crawl.TailOptions{Since: since, Floor: int64(l.cfg.Since), Overlap: time.Duration(l.cfg.TailOverlap)})
 		}
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("stopped") // Tail returns nil only when ctx ends
@@ -160,13 +174,32 @@ func (l *relayLoop) startTail(ctx context.Context) *liveTail {
 	return t
 }
 
-// stop stops the tail and waits for it; a nil tail is none.
-func (t *liveTail) stop() {
-	if t == nil {
-		return
+// stopTail stops the live tail, if one runs, and waits for it. A tail
+// stopped so ends with a nil err.
+func (l *relayLoop) stopTail() {
+	l.mu.Lock()
+	t := l.tail
+	l.tail = nil
+	l.mu.Unlock()
+	if t != nil {
+		t.cancel()
+		<-t.stopped
 	}
-	t.cancel()
-	<-t.stopped
+}
+
+// yieldTail is the crawl's OnConnLimit: the relay refused a pass's
+// connection with HTTP 429. If the live tail holds one, it stops (the
+// pass retries its connection), and from now on passes stop it while
+// they run.
+func (l *relayLoop) yieldTail() {
+	l.mu.Lock()
+	first := !l.tailYields && l.tail != nil
+	l.tailYields = l.tailYields || l.tail != nil
+	l.mu.Unlock()
+	if first {
+		l.log.Warn("the relay refused a connection while the live tail held one; passes stop the tail while they run")
+	}
+	l.stopTail()
 }
 
 // recheckDue reports whether a pass starting at now rechecks the relay's
@@ -192,6 +225,7 @@ func (l *relayLoop) backfill(ctx context.Context, recheck bool) crawl.Result {
 func (l *relayLoop) crawler(recheck bool) (*crawl.Crawler, error) {
 	o := l.d.crawlOptions()
 	o.Recheck = recheck
+	o.OnConnLimit = l.yieldTail
 	o.Dialer = l.d.dialerFor(l.cfg.URL)
 	o.Since, o.Until, o.Kinds, o.Authors = int64(l.cfg.Since), int64(l.cfg.Until), l.cfg.Kinds, l.cfg.Authors
 	// Reading a relay's whole history back every catch-up interval would

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"maps"
@@ -16,27 +15,13 @@ import (
 	"github.com/nostr-archiver/archiver/rawstore"
 	"github.com/nostr-archiver/archiver/testrelay"
 	"go.uber.org/goleak"
-	"go.uber.org/zap/zaptest"
 )
 
 // running starts a daemon on cfg, stopped (Run must return nil) when
 // the test ends.
 func running(t *testing.T, cfg *config.Config) *Daemon {
 	t.Helper()
-	d, err := New(Options{Config: cfg, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return d
+	return startDaemon(t, cfg).d
 }
 
 // validNow is every event the store holds as valid at this moment.
