@@ -289,6 +289,11 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 	switch {
 	case rc.proves() && rc.n <= held:
 		c.Proof = ProofCount
+		if rc.n < held {
+			if served := r.servedOver(ctx, since, until, rc.n); served > 0 {
+				c.Proof, c.Why = ProofPaged, undercounts(rc.n, served)
+			}
+		}
 		return []RangeCoverage{c}
 	case until > since && (!rc.proves() || rc.n > int64(recheckPages*r.limit)):
 		return r.recheckHalves(ctx, since, until, now)
@@ -388,7 +393,7 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			case !rc.proves():
 				c.Why = whyCountApprox
 			case served > 0:
-				c.Why = fmt.Sprintf("the relay's COUNT (%d) is below what it serves of the range (%d paged again)", n, served)
+				c.Why = undercounts(n, served)
 			default:
 				c.Proof = ProofCount
 			}
@@ -456,6 +461,12 @@ func (r *relayCrawl) servedOver(ctx context.Context, since, until, n int64) int 
 		cursor = oldest // inclusive: ids dedup the boundary second
 	}
 	return 0
+}
+
+// undercounts is why a range whose COUNT n is below the served events of
+// it servedOver paged is not proven by it.
+func undercounts(n int64, served int) string {
+	return fmt.Sprintf("the relay's COUNT (%d) is below what it serves of the range (%d paged again)", n, served)
 }
 
 // servedOverPages bounds servedOver's paging.
