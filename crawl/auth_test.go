@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -132,33 +131,13 @@ func TestAuthTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour}); err != nil {
-			t.Errorf("tail: %v", err)
-		}
-	}()
-	waitEvents := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if st, _ := a.store.Stats(); st.Events >= int64(n) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		st, _ := a.store.Stats()
-		t.Fatalf("archive holds %d events, want %d", st.Events, n)
-	}
-	waitEvents(len(history))
+	stop := tailing(t, c, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour})
+	a.waitHeld(t, int64(len(history)))
 	relay.Add(future...)
-	waitEvents(len(f.Items))
-	cancel()
-	wg.Wait()
+	a.waitHeld(t, int64(len(f.Items)))
+	if err := stop(); err != nil {
+		t.Errorf("tail: %v", err)
+	}
 	if st := relay.Stats(); st.AuthOK != 1 || st.AuthFailed != 0 {
 		t.Errorf("relay saw %d AUTHs accepted, %d rejected; want one accepted", st.AuthOK, st.AuthFailed)
 	}

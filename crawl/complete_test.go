@@ -373,32 +373,20 @@ func TestTailResumesBeforeFarFuture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	t.Cleanup(func() { cancel(); <-done }) // before the store closes, even on failure
-	go func() {
-		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: now - 3600, Flush: 10 * time.Millisecond, Overlap: time.Hour})
-	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	held := func(n int64) func() bool {
-		return func() bool { st, _ := a.store.Stats(); return st.Events >= n }
-	}
-	waitFor("the history", held(int64(len(history))))
+	tailing(t, c, relay.URL(), crawl.TailOptions{Since: now - 3600, Flush: 10 * time.Millisecond, Overlap: time.Hour})
+	a.waitHeld(t, int64(len(history)))
 	// The next event sent on this connection drops it; the tail
 	// reconnects from its resume point.
 	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = len(history) + 1 })
 	relay.Add(later[0])
-	waitFor("a dropped connection", func() bool { return relay.Stats().Drops > 0 })
+	for deadline := time.Now().Add(20 * time.Second); relay.Stats().Drops == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for a dropped connection")
+		}
+	}
 	_ = relay.SetOptions(func(o *testrelay.Options) { o.DropEvery = 0 })
 	relay.Add(later[1:]...)
-	waitFor("the events published after the drop", held(int64(len(f.Valid))))
+	a.waitHeld(t, int64(len(f.Valid)))
 	a.verify(t)
 	assertExactValidSet(t, a, f)
 }

@@ -1,7 +1,6 @@
 package crawl_test
 
 import (
-	"cmp"
 	"encoding/hex"
 	"slices"
 	"testing"
@@ -33,8 +32,7 @@ func TestRecheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			items := slices.Clone(f.Items) // every one valid: only Events is set
-			slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+			items := f.Chronological() // every one valid: only Events is set
 			// 40 events of one day in the middle of the relay's month
 			// arrive after the first crawl.
 			late := items[1200:1240]

@@ -1,11 +1,8 @@
 package crawl_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/hex"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +21,7 @@ func TestTail(t *testing.T) {
 	}
 	// Split the corpus by time: the oldest 400 are history, the rest are
 	// "published" while the tail runs.
-	items := slices.Clone(f.Items)
-	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	items := f.Chronological()
 	history, future := items[:400], items[400:]
 	relay := startRelay(t, testrelay.Options{}, history)
 	a := openArchive(t)
@@ -33,29 +29,8 @@ func TestTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() }) // before the store closes, even on failure
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour}); err != nil {
-			t.Errorf("tail: %v", err)
-		}
-	}()
-	waitEvents := func(n int64) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			if st, _ := a.store.Stats(); st.Events >= n {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		st, _ := a.store.Stats()
-		t.Fatalf("archive holds %d events, want %d", st.Events, n)
-	}
-	waitEvents(int64(len(history)))
+	stop := tailing(t, c, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 20 * time.Millisecond, Overlap: time.Hour})
+	a.waitHeld(t, int64(len(history)))
 	// Published live, oldest first, in batches; halfway the relay starts
 	// dropping connections.
 	for i := 0; i < len(future); i += 100 {
@@ -65,12 +40,13 @@ func TestTail(t *testing.T) {
 		relay.Add(future[i:min(i+100, len(future))]...)
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitEvents(int64(len(items)))
+	a.waitHeld(t, int64(len(items)))
 	if relay.Stats().Drops == 0 {
 		t.Error("the relay never dropped the tail: reconnection untested")
 	}
-	cancel()
-	wg.Wait()
+	if err := stop(); err != nil {
+		t.Errorf("tail: %v", err)
+	}
 	a.verify(t)
 	assertExactValidSet(t, a, f)
 }
@@ -85,8 +61,7 @@ func TestTailBackdated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := slices.Clone(f.Items) // every one valid: only Events is set
-	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	items := f.Chronological() // every one valid: only Events is set
 	// The oldest 100 are under the floor, the next 200 are published
 	// backdated while the tail runs, the newest 300 are the history.
 	under, backdated, history := items[:100], items[100:300], items[300:]
@@ -97,33 +72,14 @@ func TestTailBackdated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	t.Cleanup(func() { cancel(); <-done }) // before the store closes, even on failure
-	go func() {
-		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: since, Floor: floor, Flush: 10 * time.Millisecond, Overlap: time.Second})
-	}()
-	held := func(n int64) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if st, _ := a.store.Stats(); st.Events >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				st, _ := a.store.Stats()
-				t.Fatalf("archive holds %d events, want %d", st.Events, n)
-			}
-		}
-	}
-	held(int64(len(history)))
+	stop := tailing(t, c, relay.URL(), crawl.TailOptions{Since: since, Floor: floor, Flush: 10 * time.Millisecond, Overlap: time.Second})
+	a.waitHeld(t, int64(len(history)))
 	relay.Add(under...)
 	relay.Add(backdated...)
-	held(int64(len(history) + len(backdated)))
-	cancel()
-	if err := <-done; err != nil {
+	a.waitHeld(t, int64(len(history)+len(backdated)))
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil
 	a.verify(t)
 	got := map[string]bool{}
 	for id := range a.exported(t) {
@@ -156,8 +112,7 @@ func TestTailLimitZeroRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := slices.Clone(f.Items) // every one valid: only Events is set
-	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	items := f.Chronological() // every one valid: only Events is set
 	history, later := items[:300], items[300:]
 	relay := startRelay(t, testrelay.Options{RejectLimitZero: true}, history)
 	a := openArchive(t)
@@ -165,32 +120,47 @@ func TestTailLimitZeroRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		done <- c.Tail(ctx, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 10 * time.Millisecond, Overlap: time.Hour})
-	}()
-	held := func(n int64) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if st, _ := a.store.Stats(); st.Events >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				st, _ := a.store.Stats()
-				t.Fatalf("archive holds %d events, want %d", st.Events, n)
-			}
-		}
-	}
-	held(int64(len(history)))
+	stop := tailing(t, c, relay.URL(), crawl.TailOptions{Since: f.Since, Flush: 10 * time.Millisecond, Overlap: time.Hour})
+	a.waitHeld(t, int64(len(history)))
 	relay.Add(later...)
-	held(int64(len(items)))
-	cancel()
-	if err := <-done; err != nil {
+	a.waitHeld(t, int64(len(items)))
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil
 	a.verify(t)
 	assertExactValidSet(t, a, f)
+}
+
+// tailing runs c.Tail of url with opts until the test ends or stop is
+// called, which returns Tail's error.
+func tailing(t *testing.T, c *crawl.Crawler, url string, opts crawl.TailOptions) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Tail(ctx, url, opts) }()
+	var err error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			err = <-done
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() }) // before the store closes, even on failure
+	return stop
+}
+
+// waitHeld waits until the archive holds at least n events.
+func (a *archive) waitHeld(t *testing.T, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := a.store.Stats(); st.Events >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := a.store.Stats()
+			t.Fatalf("archive holds %d events, want %d", st.Events, n)
+		}
+	}
 }

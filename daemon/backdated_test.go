@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"encoding/hex"
-	"slices"
 	"testing"
 	"time"
 
@@ -28,8 +26,7 @@ func TestBackdatedEventsArchived(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 41, Events: 1500})
-	items := slices.Clone(f.Items) // every one valid: only Events is set
-	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	items := f.Chronological() // every one valid: only Events is set
 	duringPass, whileLive, whileDown, history := items[:100], items[100:200], items[200:300], items[300:]
 	// Pages take a while, so that a catch-up pass is seen running.
 	r := serveItems(t, testrelay.Options{SupportCount: true, Latency: 50 * time.Millisecond}, history)
@@ -153,8 +150,7 @@ func TestTailYieldsToConnLimit(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 	f := cachedFixture(t, testrelay.FixtureOptions{Seed: 42, Events: 600})
-	items := slices.Clone(f.Items) // every one valid: only Events is set
-	slices.SortFunc(items, func(a, b testrelay.Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	items := f.Chronological() // every one valid: only Events is set
 	history, later := items[:500], items[500:]
 	r := serveItems(t, testrelay.Options{SupportCount: true, MaxConnsPerIP: 1}, history)
 	run := startDaemon(t, relayConfig(t, t.TempDir(), r.URL(), func(c *config.Config) {

@@ -2,6 +2,7 @@ package testrelay
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -167,6 +168,14 @@ type BadCopy struct {
 	Reason string
 	Raw    []byte
 	Frame  bool // Raw is a whole frame (an Item with Frame set)
+}
+
+// Chronological returns the fixture's items sorted by created_at, oldest
+// first: tests split them into a history and what is published later.
+func (f *Fixture) Chronological() []Item {
+	items := slices.Clone(f.Items)
+	slices.SortStableFunc(items, func(a, b Item) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	return items
 }
 
 // Lookup returns the canonical line of the valid event id.
