@@ -409,11 +409,13 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			return
 		}
 		c.Repaged++
-		err := r.repage(ctx, since, until)
+		seen, err := r.repage(ctx, since, until)
 		if err == nil {
 			var held int64
 			held, err = r.held(since, until)
-			c.Held = held + malformed
+			// A recheck knows no malformed frames of the range but those
+			// its pages carry again.
+			c.Held = held + max(malformed, int64(seen))
 		}
 		r.log.Info("range short of COUNT; paged again", zap.Int64("since", since), zap.Int64("until", until),
 			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
@@ -475,11 +477,13 @@ const servedOverPages = 8
 // repage pages [since, until] newest-first again without moving any
 // shard's cursor, completing walls on the way (in windows, if the relay
 // was caught sending pages that are not a range's newest events); what it
-// fetches is stored.
-func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
+// fetches is stored. It returns how many distinct malformed frames its
+// pages carried (the relay's COUNT counts them as events).
+func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error) {
 	cursor := until
 	failures, slowdowns := 0, 0
 	var win pageWindow
+	bad := map[string]bool{}
 	for cursor >= since {
 		bottom, windowed := since, r.caught(lieUnordered)
 		if windowed {
@@ -487,15 +491,22 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 		}
 		page, pc, err := r.fetch(ctx, r.filter(bottom, cursor, nil, nil))
 		if err != nil {
-			return err
+			return len(bad), err
 		}
 		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("re-page until=%d", cursor)) {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return len(bad), ctx.Err()
 			}
 			continue
 		}
 		failures, slowdowns = 0, 0
+		for _, m := range page.Malformed {
+			key := m.Key
+			if key == nil {
+				key = m.Raw
+			}
+			bad[string(key)] = true
+		}
 		n, frames, oldest := 0, 0, cursor
 		distinct := map[[32]byte]bool{}
 		var ats []int64
@@ -515,7 +526,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 			oldest = r.overLimitCursor(ats, r.limit)
 		}
 		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: r.malformed(pc, page)}); err != nil {
-			return fmt.Errorf("store: %w", err)
+			return len(bad), fmt.Errorf("store: %w", err)
 		}
 		r.c.opts.OnCommit()
 		switch {
@@ -523,24 +534,24 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) error {
 			next, wall := r.windowStep(&win, since, bottom, cursor, r.full(n, frames))
 			if wall {
 				if err := r.completeWall(ctx, cursor); err != nil {
-					return err
+					return len(bad), err
 				}
 			}
 			cursor = next
 		case n == 0:
-			return nil
+			return len(bad), nil
 		case oldest < cursor:
 			cursor = oldest
 		default:
 			if r.secondFull(ctx, n, frames) {
 				if err := r.completeWall(ctx, cursor); err != nil {
-					return err
+					return len(bad), err
 				}
 			}
 			cursor--
 		}
 	}
-	return nil
+	return len(bad), nil
 }
 
 // copies hands items to the store, with the created_at the receive path

@@ -331,7 +331,7 @@ func (r *relayCrawl) repageUntrusted(ctx context.Context) error {
 		r.mu.Unlock()
 		r.log.Info("paging again in windows what was paged trusting the relay's order",
 			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until))
-		if err := r.repage(ctx, sp.Since, sp.Until); err != nil {
+		if _, err := r.repage(ctx, sp.Since, sp.Until); err != nil {
 			return fmt.Errorf("paging [%d, %d] again in windows: %w", sp.Since, sp.Until, err)
 		}
 		r.mu.Lock()
