@@ -382,6 +382,14 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			c.Why = whyCountFailed
 			return
 		}
+		// Events that came after their pages' EOSE (the last page paged
+		// again had none after it to take them) count too.
+		if late := r.conns.takeLate(); len(late) > 0 {
+			r.storeLate(late)
+			if held, err := r.held(since, until); err == nil {
+				c.Held = max(c.Held, held+malformed)
+			}
+		}
 		n := rc.n
 		c.Count = n
 		if c.Held >= n {
@@ -481,7 +489,7 @@ const servedOverPages = 8
 // pages carried (the relay's COUNT counts them as events).
 func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error) {
 	cursor := until
-	failures, slowdowns := 0, 0
+	failures, slowdowns, empties := 0, 0, 0
 	var win pageWindow
 	bad := map[string]bool{}
 	for cursor >= since {
@@ -538,11 +546,15 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 				}
 			}
 			cursor = next
+		case n == 0 && r.caught(lieAfterEOSE) && empties < emptyRetries:
+			// Its EOSE may have come before its events: ask again.
+			empties++
 		case n == 0:
 			return len(bad), nil
 		case oldest < cursor:
-			cursor = oldest
+			cursor, empties = oldest, 0
 		default:
+			empties = 0
 			if r.secondFull(ctx, n, frames) {
 				if err := r.completeWall(ctx, cursor); err != nil {
 					return len(bad), err
@@ -553,6 +565,10 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 	}
 	return len(bad), nil
 }
+
+// emptyRetries is how often repage asks again for a page that came back
+// empty from a relay that sends events after their page's EOSE.
+const emptyRetries = 3
 
 // copies hands items to the store, with the created_at the receive path
 // scanned.

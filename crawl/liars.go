@@ -24,6 +24,7 @@ const (
 	lieOverLimit  = "over-limit"
 	lieEmptyEarly = "empty-early"
 	lieUnordered  = "unordered"
+	lieAfterEOSE  = "after-eose"
 )
 
 // lie records a way the relay was caught lying (the first text per kind).
@@ -223,8 +224,28 @@ func (r *relayCrawl) checkOrder(ctx context.Context, newest, cursor int64) bool 
 // (trusted commits still in flight add theirs as they land; see commit).
 func (r *relayCrawl) catchUnordered(text string) {
 	r.lie(lieUnordered, text)
+	r.repageAllPaged()
+}
+
+// catchAfterEOSE records that the relay sends events after their page's
+// EOSE and, the first time, marks every range paged so far for paging
+// again: an empty page may have ended a shard there (from now on an empty
+// page is asked for again first, see pageState.empties).
+func (r *relayCrawl) catchAfterEOSE() {
+	if r.caught(lieAfterEOSE) {
+		return
+	}
+	r.lie(lieAfterEOSE, "sent events after the EOSE of their page (a page can end before its events)")
+	r.repageAllPaged()
+}
+
+// repageAllPaged marks every range paged so far for repageUntrusted.
+func (r *relayCrawl) repageAllPaged() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.queue == nil {
+		return // caught before the job was planned: nothing paged yet
+	}
 	for _, s := range r.queue.Shards() {
 		if s.Cursor < s.Until {
 			r.rec.Repage = addSpan(r.rec.Repage, Span{Since: s.Cursor + 1, Until: s.Until})
@@ -317,9 +338,9 @@ func (r *relayCrawl) windowStep(w *pageWindow, since, bottom, cursor int64, full
 	}
 }
 
-// repageUntrusted pages again, in windows, each range paged by trusting
-// the order of a relay since caught not keeping it, and strikes it from
-// the record once paged.
+// repageUntrusted pages again (in windows, for a relay caught not keeping
+// the order) each range paged by trusting what the relay was since caught
+// breaking, and strikes it from the record once paged.
 func (r *relayCrawl) repageUntrusted(ctx context.Context) error {
 	for {
 		r.mu.Lock()
@@ -329,7 +350,7 @@ func (r *relayCrawl) repageUntrusted(ctx context.Context) error {
 		}
 		sp := r.rec.Repage[0]
 		r.mu.Unlock()
-		r.log.Info("paging again in windows what was paged trusting the relay's order",
+		r.log.Info("paging again what was paged before the relay was caught", zap.String("lies", r.lies()),
 			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until))
 		if _, err := r.repage(ctx, sp.Since, sp.Until); err != nil {
 			return fmt.Errorf("paging [%d, %d] again in windows: %w", sp.Since, sp.Until, err)

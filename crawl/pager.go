@@ -93,6 +93,10 @@ type pageState struct {
 	win      pageWindow
 	windowed bool
 	span     int64
+	// empties counts the empty pages in a row at the cursor from a relay
+	// caught sending events after their page's EOSE: asked for again up
+	// to emptyRetries times before an empty page is believed.
+	empties int
 }
 
 // pageCommit is a page's commit running while its worker fetches the
@@ -153,12 +157,27 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*relayconn.Page,
 	if err != nil {
 		return nil, nil, err
 	}
+	r.storeLate(pc.c.TakeLate())
 	r.metrics.page(page)
 	r.mu.Lock()
 	r.rec.Pages++
 	r.events += int64(len(page.Items))
 	r.mu.Unlock()
 	return page, pc, nil
+}
+
+// storeLate stores events that came for pages already ended by their EOSE
+// (relayconn.Conn.TakeLate), and records that the relay sends them: a page
+// of such a relay can end before its events, so an empty or short one
+// proves nothing, and paging proves none of its ranges.
+func (r *relayCrawl) storeLate(late []relayconn.Item) {
+	if len(late) == 0 {
+		return
+	}
+	r.catchAfterEOSE()
+	if _, err := r.commit(late, nil, nil); err != nil {
+		r.log.Warn("storing events that came after their page's EOSE", zap.Int("events", len(late)), zap.Error(err))
+	}
 }
 
 // usable reports whether page can advance a cursor. For a page that
@@ -318,6 +337,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	r.tally(s, page.Items, len(page.Malformed))
 
 	cursor, trusted := s.Cursor, false
+	if n > 0 {
+		ps.empties = 0
+	}
 	wall := false
 	switch {
 	case n == 0 && older == 0 && r.substantial(newer):
@@ -330,6 +352,8 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		}
 		r.fail(FinishUnpageable, fmt.Sprintf("asked until=%d, got %d newer events and none in range: the relay ignores until", s.Cursor, newer))
 		return s, nil, nil
+	case n == 0 && r.caught(lieAfterEOSE) && ps.empties < emptyRetries:
+		ps.empties++ // its EOSE may have come before its events: ask again
 	case ps.windowed:
 		cursor, wall = r.windowStep(&ps.win, s.Since, asked, s.Cursor, full)
 	case n == 0:
@@ -338,7 +362,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// Checked where pages of the shard found events (a scan that
 		// stopped early stopped under them) or the relay was caught:
 		// most shards of a sparse relay are empty from their top.
-		if s.Cursor != s.Until || r.caught(lieEmptyEarly) {
+		if s.Cursor != s.Until || r.caught(lieEmptyEarly) || r.caught(lieAfterEOSE) {
 			if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
 				cursor = u
 			}

@@ -29,7 +29,13 @@ type connPool struct {
 	// relay is unreachable, and every later acquire says so at once.
 	down    error
 	unknown map[string]int
+	// late holds the late events of connections retired before they were
+	// taken (takeLate), up to maxRetiredLate.
+	late []relayconn.Item
 }
+
+// maxRetiredLate bounds the late events kept from retired connections.
+const maxRetiredLate = 4096
 
 type poolConn struct {
 	c        *relayconn.Conn
@@ -240,6 +246,9 @@ func (p *connPool) drop(pc *poolConn) {
 // lock.
 func (p *connPool) retire(c *relayconn.Conn) {
 	c.Close()
+	if late := c.TakeLate(); len(p.late) < maxRetiredLate {
+		p.late = append(p.late, late[:min(len(late), maxRetiredLate-len(p.late))]...)
+	}
 	p.r.metrics.conns.Dec()
 	p.r.c.releaseConn()
 	for k, v := range c.UnknownLabels() {
@@ -248,6 +257,19 @@ func (p *connPool) retire(c *relayconn.Conn) {
 		}
 		p.unknown[k] += v
 	}
+}
+
+// takeLate returns (and forgets) the events every connection, open or
+// retired, got for pages already ended (relayconn.Conn.TakeLate).
+func (p *connPool) takeLate() []relayconn.Item {
+	p.lock()
+	defer p.unlock()
+	late := p.late
+	p.late = nil
+	for _, pc := range p.conns {
+		late = append(late, pc.c.TakeLate()...)
+	}
+	return late
 }
 
 // open reports how many connections are open.

@@ -318,9 +318,12 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		}
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
+	// Late events still held by the connections count for the audit.
+	r.storeLate(r.conns.takeLate())
 	damaged := r.readBackEarlier(ctx)
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
+	r.storeLate(r.conns.takeLate())
 	if res, ok := r.finished(); ok {
 		return res
 	}

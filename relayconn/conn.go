@@ -94,6 +94,11 @@ type Conn struct {
 	nextSub   uint64
 	challenge string
 	orphans   []Malformed // malformed frames with no subscription
+	// late holds EVENT frames of page subscriptions already ended (a
+	// relay that sends EOSE before its events, or relays others' late),
+	// for TakeLate: up to maxLate of them and maxLateBytes.
+	late      []Item
+	lateBytes int
 	closeErr  error
 	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
 	// held counts the malformed frames (and their bytes) kept for
@@ -270,6 +275,43 @@ func (c *Conn) Challenge() string {
 	defer c.mu.Unlock()
 	return c.challenge
 }
+
+// keepLate keeps an event that came for a page subscription already
+// ended, if it is one of this connection's and the bounds allow. The
+// relay's EOSE came before it: a page that ended there did not hold it.
+func (c *Conn) keepLate(m frame.Msg) {
+	id := m.SubID
+	if len(id) < 2 || id[0] != subPrefixPage[0] {
+		return
+	}
+	if n, err := strconv.ParseUint(id[1:], 36, 64); err != nil || n < 1 || n > c.nextSub {
+		return
+	}
+	if len(c.late) >= maxLate || c.lateBytes+len(m.Raw) > maxLateBytes {
+		return
+	}
+	c.late = append(c.late, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
+	c.lateBytes += len(m.Raw)
+}
+
+// TakeLate returns (and forgets) the events that came for page
+// subscriptions after they had ended (see keepLate), so the caller can
+// store them: they are the relay's events all the same.
+func (c *Conn) TakeLate() []Item {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.late
+	c.late, c.lateBytes = nil, 0
+	return l
+}
+
+// Bounds on the late events a connection holds between two TakeLate
+// calls; past them they are dropped (the page they belong to is asked
+// for again or proven short by the audit).
+const (
+	maxLate      = 4096
+	maxLateBytes = 16 << 20
+)
 
 // TakeOrphans returns (and forgets) malformed frames that named no
 // subscription, so the caller can quarantine them with its next batch.
@@ -598,7 +640,8 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		}
 	case m.Label == frame.Event:
 		if s == nil {
-			return // a late event of a subscription already closed
+			c.keepLate(m)
+			return
 		}
 		if s.limit > 0 && len(s.page.Items) >= overflowFactor*s.limit {
 			c.finishLocked(s, EndOverflow, "relay ignored limit")

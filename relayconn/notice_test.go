@@ -52,3 +52,38 @@ func TestNoticeThenEmptyEOSE(t *testing.T) {
 		t.Fatalf("the second REQ ended %v", second.End)
 	}
 }
+
+// Events that come for a page after its EOSE (a relay that sends EOSE
+// before its events, a bouncer relaying others late) are kept for
+// TakeLate, not dropped: they are the relay's events all the same. Frames
+// for a subscription this connection never opened are not.
+func TestLateEventsKept(t *testing.T) {
+	p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+		switch sub[len(sub)-1] {
+		case '1': // the first page: EOSE before anything
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+		default: // the second: the first's events, late, go out before it
+			for i := range 2 {
+				_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","a1",`+testEvent(i)+`]`))
+			}
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","a99",`+testEvent(7)+`]`))
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","x1",`+testEvent(8)+`]`))
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+		}
+	})}
+	c := pipeDial(t, p)
+	defer c.Close()
+	for want := range 2 {
+		page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+		if err != nil || page.End != EndEOSE || len(page.Items) != 0 {
+			t.Fatalf("page %d: %v, %+v", want+1, err, page)
+		}
+	}
+	late := c.TakeLate()
+	if len(late) != 2 || late[0].CreatedAt != 1700000000 || late[1].CreatedAt != 1700000001 {
+		t.Fatalf("late events %+v, want the first page's two", late)
+	}
+	if again := c.TakeLate(); len(again) != 0 {
+		t.Fatalf("taken twice: %+v", again)
+	}
+}

@@ -256,6 +256,18 @@ func (c *conn) serve(j job) error {
 	defer func() { c.r.st.events.Add(int64(sent)) }()
 	closeAt := -1
 	n := c.r.closedSeq.Add(1)
+	eoseFirst := o.EOSEFirstEvery > 0 && n%int64(o.EOSEFirstEvery) == 0
+	if eoseFirst {
+		c.r.st.pages.Add(1)
+		if err := c.write(appendEOSE(buf, j.subJSON)); err != nil {
+			return err
+		}
+		// The events follow once the client has closed the subscription
+		// at its EOSE (or after a second): late, as over a network.
+		if err := c.waitClosed(j.sub, time.Second); err != nil {
+			return err
+		}
+	}
 	if o.ClosedEvery > 0 && n%int64(o.ClosedEvery) == 0 {
 		closeAt = len(pos) / 2
 	}
@@ -282,10 +294,10 @@ func (c *conn) serve(j job) error {
 			buf = c.buf
 		}
 	}
-	buf = appendFrameHeader(buf, len(`["EOSE",]`)+len(j.subJSON))
-	buf = append(buf, `["EOSE",`...)
-	buf = append(buf, j.subJSON...)
-	buf = append(buf, ']')
+	if eoseFirst {
+		return c.write(buf)
+	}
+	buf = appendEOSE(buf, j.subJSON)
 	// Counted before the EOSE goes out, so that a client that has seen it
 	// reads stats that include its page.
 	c.r.st.events.Add(int64(sent))
@@ -296,6 +308,29 @@ func (c *conn) serve(j job) error {
 		return err
 	}
 	return nil
+}
+
+// waitClosed waits until s is cancelled (the client's CLOSE) or for at
+// most d.
+func (c *conn) waitClosed(s *sub, d time.Duration) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(d); !s.cancelled.Load() && time.Now().Before(deadline); {
+		select {
+		case <-tick.C:
+		case <-c.stop:
+			return errStopped
+		}
+	}
+	return nil
+}
+
+// appendEOSE appends the frame ["EOSE",<sub>] to buf.
+func appendEOSE(buf, subJSON []byte) []byte {
+	buf = appendFrameHeader(buf, len(`["EOSE",]`)+len(subJSON))
+	buf = append(buf, `["EOSE",`...)
+	buf = append(buf, subJSON...)
+	return append(buf, ']')
 }
 
 // closeMidPage ends a page cut by ClosedEvery: what buf holds, then

@@ -194,6 +194,12 @@ type Options struct {
 	// NOTICE (naming no subscription) and still sends EOSE (responding.go
 	// handleRequest). 0: never.
 	FailQueryEvery int
+	// EOSEFirstEvery answers every Nth REQ page (counted over the relay)
+	// with its EOSE first and then its events, as a relay does that
+	// signals the end of its stored events when its query starts, or that
+	// relays others (a bouncer: bostr sends EOSE, then more events). 0:
+	// never.
+	EOSEFirstEvery int
 	// RejectLimitZero closes a REQ with a filter whose limit is 0 with
 	// ["CLOSED",sub,"invalid: limit 0"], as a relay that takes 0 for a
 	// bad limit does (khatru once answered a NEG-OPEN so), instead of
@@ -310,8 +316,8 @@ func (o Options) Validate() error {
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:
 		return bad("OmitEvery %d < 0", o.OmitEvery)
-	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0:
-		return bad("SplitStores, BrokenEvery, ClosedEvery and FailQueryEvery must not be negative")
+	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0 || o.EOSEFirstEvery < 0:
+		return bad("SplitStores, BrokenEvery, ClosedEvery, FailQueryEvery and EOSEFirstEvery must not be negative")
 	}
 	return nil
 }
