@@ -175,7 +175,9 @@ func (r *relayCrawl) observeAuthors(items []relayconn.Item) {
 // audit checks every range this run paged against the relay's NIP-45
 // COUNT (with the job's filter), pages again a range that holds fewer than
 // the relay counts (up to maxRepages times), and records how each range
-// stands. Ranges finished by an earlier run are recorded as paged.
+// stands. Shards of this generation finished by an earlier run are
+// recorded as paged; with Recheck, what lies below the generation is
+// checked again (recheck).
 func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 	r.mu.Lock()
 	paged := len(r.tallies) > 0
@@ -260,8 +262,9 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 // afresh; a range counted short is halved until a half is a few pages'
 // worth, which is paged again (checkRange), so that a handful of such
 // events costs COUNTs, not a crawl of the relay. Over NIP-77 the range is
-// reconciled instead, in pieces of at most recheckNegItems ids. It returns the ranges it proved or found short; none
-// where the relay answers neither (the record's word stands).
+// reconciled instead, in pieces of at most recheckNegItems ids. It
+// returns the ranges it proved or found short; none where the relay
+// answers neither (the record's word stands).
 func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []RangeCoverage {
 	if ctx.Err() != nil {
 		return nil
