@@ -264,7 +264,8 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 // events costs COUNTs, not a crawl of the relay. Over NIP-77 the range is
 // reconciled instead, in pieces of at most recheckNegItems ids. It
 // returns the ranges it proved or found short; none where the relay
-// answers neither (the record's word stands).
+// answers neither (the record's word stands), unless RecheckByPaging
+// pages them again.
 func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []RangeCoverage {
 	if ctx.Err() != nil {
 		return nil
@@ -282,7 +283,20 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 		}
 	}
 	if !r.count {
-		return nil
+		if !r.c.opts.RecheckByPaging {
+			return nil
+		}
+		r.log.Info("paging again what earlier runs paged: the relay answers neither NIP-77 nor COUNT", zap.Int64("since", since), zap.Int64("until", until))
+		c := RangeCoverage{Since: since, Until: until, Proof: ProofPaged, Why: "paged again by a recheck; the relay answers neither NIP-77 nor COUNT", At: now}
+		seen, err := r.repage(ctx, since, until)
+		if err == nil {
+			c.Held, err = r.held(since, until)
+			c.Held += int64(seen)
+		}
+		if err != nil {
+			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("paging again: %v", err)
+		}
+		return []RangeCoverage{c}
 	}
 	rc, ok := r.countEvents(ctx, since, until)
 	if !ok {

@@ -86,6 +86,11 @@ type Options struct {
 	// events published with an old created_at while no tail was
 	// connected. For the daemon's periodic recheck and `crawl --recheck`.
 	Recheck bool
+	// RecheckByPaging has Recheck page the range again where the relay
+	// answers neither NIP-77 nor COUNT (else it checks nothing there): the
+	// only way to find what such a relay was sent since, at the cost of a
+	// crawl. For `crawl --recheck`, which a user asks for.
+	RecheckByPaging bool
 	// AuthKeys, if set, answer NIP-42 challenges of the relays that ask
 	// (see auth.go); a relay without a key is never authenticated to.
 	AuthKeys *AuthKeys

@@ -22,15 +22,18 @@ func TestRecheck(t *testing.T) {
 		name      string
 		relay     testrelay.Options
 		malformed int    // objects that are no event, which the relay counts as events
+		byPaging  bool   // RecheckByPaging
 		proof     string // every range's proof after the recheck; "" for none found
 	}{
-		{"COUNT", testrelay.Options{MaxLimit: 100, SupportCount: true}, 0, crawl.ProofCount},
+		{"COUNT", testrelay.Options{MaxLimit: 100, SupportCount: true}, 0, false, crawl.ProofCount},
 		// Ranges holding them look short of the COUNT: only paging them
 		// again shows what the relay counts (before: unproven on every
 		// recheck).
-		{"COUNT, malformed objects", testrelay.Options{MaxLimit: 100, SupportCount: true}, 8, crawl.ProofCount},
-		{"NIP-77", testrelay.Options{MaxLimit: 100, NIP77: true}, 0, crawl.ProofNIP77},
-		{"neither", testrelay.Options{MaxLimit: 100}, 0, ""},
+		{"COUNT, malformed objects", testrelay.Options{MaxLimit: 100, SupportCount: true}, 8, false, crawl.ProofCount},
+		{"NIP-77", testrelay.Options{MaxLimit: 100, NIP77: true}, 0, false, crawl.ProofNIP77},
+		{"neither", testrelay.Options{MaxLimit: 100}, 0, false, ""},
+		// Found only by paging everything again (crawl --recheck).
+		{"neither, paged again", testrelay.Options{MaxLimit: 100}, 0, true, crawl.ProofPaged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 23, Events: 3000, Malformed: tc.malformed, CacheDir: fixtureCache(t)})
@@ -56,7 +59,7 @@ func TestRecheck(t *testing.T) {
 			lateValid := missing() // all of them, before any crawl
 			run := func(at int64, recheck bool) crawl.Result {
 				t.Helper()
-				res := a.crawl(t, crawl.Options{Now: clockAt(at), Recheck: recheck}, relay.URL())[0]
+				res := a.crawl(t, crawl.Options{Now: clockAt(at), Recheck: recheck, RecheckByPaging: recheck && tc.byPaging}, relay.URL())[0]
 				if !res.Drained() {
 					t.Fatalf("crawl at %d (recheck %v): %v", at, recheck, res)
 				}
@@ -101,7 +104,7 @@ func TestRecheck(t *testing.T) {
 				}
 			}
 			// The late events are in one range of under 4 pages.
-			if tc.relay.SupportCount && reqs-catchup > 8 {
+			if tc.relay.SupportCount && reqs-catchup > 8 || tc.byPaging && reqs <= catchup {
 				t.Errorf("the catch-up with a recheck sent %d REQs, without %d: it paged more than where the events were", reqs, catchup)
 			}
 			t.Logf("first crawl %d REQs, catch-up %d, catch-up with recheck %d; coverage %+v", full, catchup, reqs, rec.Coverage)

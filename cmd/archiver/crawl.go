@@ -35,7 +35,7 @@ func runCrawl(args []string) int {
 		authors  = fs.String("authors", "", "only these authors: hex pubkeys, comma-separated (a crawl's cursors belong to its range and filter)")
 		timeout  = fs.Duration("page-timeout", d.PageTimeout, "give up on a page after this long without a frame")
 		serveOn  = fs.String("serve", "", "also serve the archive as a read-only Nostr relay on this address while crawling (verified events only)")
-		recheck  = fs.Bool("recheck", false, "check what earlier runs of the job proved against each relay's COUNT or NIP-77 again, paging again only where the relay now holds events the archive lacks (events published with an old created_at since)")
+		recheck  = fs.Bool("recheck", false, "check what earlier runs of the job paged against each relay's COUNT or NIP-77 again, paging again only where the relay now holds events the archive lacks (events published with an old created_at since); a relay answering neither is paged again whole")
 		prove    = fs.Bool("nip77-proof", true, "after a relay is drained, reconcile the range over NIP-77 where its NIP-11 lists 77: fetch what paging missed and record the proof (not with --kinds or --authors)")
 	)
 	var keyFiles repeated
@@ -65,7 +65,7 @@ func runCrawl(args []string) int {
 	opts := crawl.Options{
 		PageLimit: *limit, PageTimeout: *timeout, Shards: *shards,
 		MaxInFlightPerConn: *inflight, MaxConnsPerRelay: *conns, MaxConns: *total,
-		StartConns: *startC, StartInFlight: *startR, Recheck: *recheck,
+		StartConns: *startC, StartInFlight: *startR, Recheck: *recheck, RecheckByPaging: *recheck,
 	}
 	if opts.Since, err = parseTime(*since, now); err != nil {
 		return usageError("--since", err)
