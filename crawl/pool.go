@@ -30,12 +30,10 @@ type connPool struct {
 	down    error
 	unknown map[string]int
 	// late holds the late events of connections retired before they were
-	// taken (takeLate), up to maxRetiredLate.
-	late []relayconn.Item
+	// taken (takeLate), up to relayconn.MaxLateBytes of them.
+	late      []relayconn.Item
+	lateBytes int
 }
-
-// maxRetiredLate bounds the late events kept from retired connections.
-const maxRetiredLate = 4096
 
 type poolConn struct {
 	c        *relayconn.Conn
@@ -246,8 +244,12 @@ func (p *connPool) drop(pc *poolConn) {
 // lock.
 func (p *connPool) retire(c *relayconn.Conn) {
 	c.Close()
-	if late := c.TakeLate(); len(p.late) < maxRetiredLate {
-		p.late = append(p.late, late[:min(len(late), maxRetiredLate-len(p.late))]...)
+	for _, it := range c.TakeLate() {
+		if p.lateBytes+len(it.Raw) > relayconn.MaxLateBytes {
+			break
+		}
+		p.late = append(p.late, it)
+		p.lateBytes += len(it.Raw)
 	}
 	p.r.metrics.conns.Dec()
 	p.r.c.releaseConn()
@@ -265,7 +267,7 @@ func (p *connPool) takeLate() []relayconn.Item {
 	p.lock()
 	defer p.unlock()
 	late := p.late
-	p.late = nil
+	p.late, p.lateBytes = nil, 0
 	for _, pc := range p.conns {
 		late = append(late, pc.c.TakeLate()...)
 	}

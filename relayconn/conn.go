@@ -96,7 +96,7 @@ type Conn struct {
 	orphans   []Malformed // malformed frames with no subscription
 	// late holds EVENT frames of page subscriptions already ended (a
 	// relay that sends EOSE before its events, or relays others' late),
-	// for TakeLate: up to maxLate of them and maxLateBytes.
+	// for TakeLate: up to maxLate of them and MaxLateBytes.
 	late      []Item
 	lateBytes int
 	closeErr  error
@@ -287,7 +287,7 @@ func (c *Conn) keepLate(m frame.Msg) {
 	if n, err := strconv.ParseUint(id[1:], 36, 64); err != nil || n < 1 || n > c.nextSub {
 		return
 	}
-	if len(c.late) >= maxLate || c.lateBytes+len(m.Raw) > maxLateBytes {
+	if len(c.late) >= maxLate || c.lateBytes+len(m.Raw) > MaxLateBytes {
 		return
 	}
 	c.late = append(c.late, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
@@ -310,7 +310,7 @@ func (c *Conn) TakeLate() []Item {
 // for again or proven short by the audit).
 const (
 	maxLate      = 4096
-	maxLateBytes = 16 << 20
+	MaxLateBytes = 4 << 20
 )
 
 // TakeOrphans returns (and forgets) malformed frames that named no

@@ -87,3 +87,26 @@ func TestLateEventsKept(t *testing.T) {
 		t.Fatalf("taken twice: %+v", again)
 	}
 }
+
+// A relay that floods a page after its EOSE makes the connection hold at
+// most maxLate of its events until they are taken.
+func TestLateEventsBounded(t *testing.T) {
+	p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+		if sub[len(sub)-1] == '2' {
+			for i := range maxLate + 100 {
+				_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","a1",`+testEvent(i)+`]`))
+			}
+		}
+		_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+	})}
+	c := pipeDial(t, p)
+	defer c.Close()
+	for range 2 {
+		if _, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if late := c.TakeLate(); len(late) != maxLate {
+		t.Fatalf("held %d late events, want the first %d", len(late), maxLate)
+	}
+}
