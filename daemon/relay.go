@@ -69,9 +69,9 @@ func (l *relayLoop) set(f func(l *relayLoop)) {
 
 // run runs the relay until a pass fails, a bounded job is done, or ctx
 // ends. It holds the host's lease (one heavy pass per host) through each
-// backfill. The live tail needs none: it starts after the run's first
-// pass and then runs beside the passes, since an event published with an
-// old created_at (a user's history sent to a relay they just added, a
+// backfill. The live tail needs none: it starts with the run's first
+// pass and runs beside the passes, since an event published with an old
+// created_at (a user's history sent to a relay they just added, a
 // rebroadcast) lies in a range a pass has paged, and only a subscription
 // open when it arrives sees it. Once the relay refuses a pass's
 // connection with HTTP 429 (one allowed per address), the tail is
@@ -86,11 +86,14 @@ func (l *relayLoop) run(ctx context.Context, lease *sched.Lease) sched.Outcome {
 		l.mu.Lock()
 		yields := l.tailYields
 		l.mu.Unlock()
-		if yields {
+		start := time.Now()
+		switch {
+		case yields:
 			l.stopTail()
+		case l.cfg.Live && l.cfg.Until == 0:
+			l.ensureTail(ctx, start.Add(-time.Duration(l.cfg.TailOverlap)).Unix())
 		}
 		l.set(func(l *relayLoop) { l.state = StateBackfill })
-		start := time.Now()
 		recheck := l.recheckDue(start)
 		res := l.backfill(ctx, recheck)
 		lease.Release()
