@@ -288,12 +288,8 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 		}
 		r.log.Info("paging again what earlier runs paged: the relay answers neither NIP-77 nor COUNT", zap.Int64("since", since), zap.Int64("until", until))
 		c := RangeCoverage{Since: since, Until: until, Proof: ProofPaged, Why: "paged again by a recheck; the relay answers neither NIP-77 nor COUNT", At: now}
-		seen, err := r.repage(ctx, since, until)
-		if err == nil {
-			c.Held, err = r.held(since, until)
-			c.Held += int64(seen)
-		}
-		if err != nil {
+		var err error
+		if c.Held, err = r.repageHeld(ctx, since, until, 0); err != nil {
 			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("paging again: %v", err)
 		}
 		return []RangeCoverage{c}
@@ -434,13 +430,9 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			return
 		}
 		c.Repaged++
-		seen, err := r.repage(ctx, since, until)
+		held, err := r.repageHeld(ctx, since, until, malformed)
 		if err == nil {
-			var held int64
-			held, err = r.held(since, until)
-			// A recheck knows no malformed frames of the range but those
-			// its pages carry again.
-			c.Held = held + max(malformed, int64(seen))
+			c.Held = held
 		}
 		r.log.Info("range short of COUNT; paged again", zap.Int64("since", since), zap.Int64("until", until),
 			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
@@ -488,6 +480,19 @@ func (r *relayCrawl) servedOver(ctx context.Context, since, until, n int64) int 
 		cursor = oldest // inclusive: ids dedup the boundary second
 	}
 	return 0
+}
+
+// repageHeld pages [since, until] again and returns what the archive then
+// holds of it, malformed frames included: malformed as the crawl tallied
+// them, or as many as the pages carried again if more (a recheck knows
+// none but those).
+func (r *relayCrawl) repageHeld(ctx context.Context, since, until, malformed int64) (int64, error) {
+	seen, err := r.repage(ctx, since, until)
+	if err != nil {
+		return 0, err
+	}
+	held, err := r.held(since, until)
+	return held + max(malformed, int64(seen)), err
 }
 
 // undercounts is why a range whose COUNT n is below the served events of

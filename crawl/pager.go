@@ -426,8 +426,8 @@ func (r *relayCrawl) full(n, frames int) bool {
 // many events a page as that page holds; one holding fewer than the limit
 // in all may be cutting every page at that size, and is learned no more.
 func (r *relayCrawl) secondFull(ctx context.Context, n, frames int) bool {
-	if !r.full(n, frames) || n >= r.limit {
-		return r.full(n, frames)
+	if full := r.full(n, frames); !full || n >= r.limit {
+		return full
 	}
 	r.sizeOnce.Do(func() {
 		r.mu.Lock()

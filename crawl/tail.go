@@ -54,7 +54,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 	log := c.opts.Logger.With(zap.String("relay", url), zap.String("mode", "tail"))
 	rm := c.opts.Metrics.forRelay(url)
 	hwm := opts.Since
-	liveOnly := true // send the second filter (below) until the relay refuses it
+	sendLive := true // send the second filter (below) until the relay refuses it
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			if err := c.backoff(ctx, min(attempt, 8)); err != nil {
@@ -73,7 +73,7 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 		// whatever its created_at. With the first alone a relay pushes no
 		// backdated event: it is older than the filter's since.
 		f := c.opts.jobFilter(&since, nil, 0).bytes()
-		if liveOnly {
+		if sendLive {
 			var floor *int64
 			if opts.Floor > 0 {
 				floor = &opts.Floor
@@ -126,11 +126,11 @@ func (c *Crawler) Tail(ctx context.Context, relay string, opts TailOptions) erro
 			}
 			rm.refusal("closed")
 			log.Info("tail closed by relay", zap.String("reason", page.Reason))
-			if liveOnly && !page.EOSE {
+			if sendLive && !page.EOSE {
 				// Refused outright: perhaps the limit-0 filter (a relay
 				// reading 0 as a bad limit). Backdated events are then
 				// left to the daemon's recheck.
-				liveOnly = false
+				sendLive = false
 				log.Warn("the relay closed the tail's REQ before its EOSE; tailing without the filter for backdated events", zap.String("reason", page.Reason))
 			}
 		default:

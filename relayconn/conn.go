@@ -280,11 +280,7 @@ func (c *Conn) Challenge() string {
 // ended, if it is one of this connection's and the bounds allow. The
 // relay's EOSE came before it: a page that ended there did not hold it.
 func (c *Conn) keepLate(m frame.Msg) {
-	id := m.SubID
-	if len(id) < 2 || id[0] != subPrefixPage[0] {
-		return
-	}
-	if n, err := strconv.ParseUint(id[1:], 36, 64); err != nil || n < 1 || n > c.nextSub {
+	if issuedPrefix(m.SubID, c.nextSub) != subPrefixPage[0] {
 		return
 	}
 	if len(c.late) >= maxLate || c.lateBytes+len(m.Raw) > MaxLateBytes {
@@ -504,16 +500,27 @@ func blankSubID(frame []byte, issued uint64) []byte {
 			return nil
 		}
 		str := frame[i+1 : i+1+end]
-		if len(str) > 1 && (str[0] == subPrefixPage[0] || str[0] == subPrefixStream[0]) {
-			if n, err := strconv.ParseUint(string(str[1:]), 36, 64); err == nil && n >= 1 && n <= issued {
-				out := make([]byte, 0, len(frame)-len(str))
-				out = append(append(out, frame[:i+1]...), frame[i+1+end:]...)
-				return out
-			}
+		if p := issuedPrefix(string(str), issued); p == subPrefixPage[0] || p == subPrefixStream[0] {
+			out := make([]byte, 0, len(frame)-len(str))
+			out = append(append(out, frame[:i+1]...), frame[i+1+end:]...)
+			return out
 		}
 		i += end + 1 // past the closing quote
 	}
 	return nil
+}
+
+// issuedPrefix returns the prefix of id if id is a subscription id of
+// this connection's (a prefix, then a counter in base 36 from 1 to
+// issued), else 0.
+func issuedPrefix(id string, issued uint64) byte {
+	if len(id) < 2 {
+		return 0
+	}
+	if n, err := strconv.ParseUint(id[1:], 36, 64); err != nil || n < 1 || n > issued {
+		return 0
+	}
+	return id[0]
 }
 
 // register gives s a subscription id (prefix + a counter) and routes the
