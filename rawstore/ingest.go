@@ -554,13 +554,16 @@ func (s *Store) readStored(keys [][]byte, fn func(k, v, raw []byte, err error)) 
 		return nil
 	}
 	slices.SortFunc(keys, bytes.Compare)
-	// UseL6Filters: Pebble skips the last level's filters unless asked,
-	// and the last level is where most random ids live.
-	it, pending, err := s.eventIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
+	// The journal as it stands now, and an iterator opened only for an id
+	// it does not hold: most repeats are of ids stored moments ago, and
+	// an iterator per lookup was a third of its cost.
+	pending := s.pendingSnapshot()
+	var it *pebble.Iterator
+	defer func() {
+		if it != nil {
+			it.Close()
+		}
+	}()
 	bad := func(k []byte, err error) {
 		s.noteDamage(err)
 		fn(k, nil, nil, err)
@@ -573,6 +576,16 @@ func (s *Store) readStored(keys [][]byte, fn func(k, v, raw []byte, err error)) 
 		if v, ok := s.pendingIn(pending, (*[32]byte)(k[1:])); ok {
 			inLog = append(inLog, append(slices.Clip(k), v...))
 			continue
+		}
+		if it == nil {
+			// UseL6Filters: Pebble skips the last level's filters unless
+			// asked, and the last level is where most random ids live.
+			// Made after the snapshot, it holds every E key folded
+			// before it was taken.
+			var err error
+			if it, _, err = s.eventIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}, UseL6Filters: true}); err != nil {
+				return err
+			}
 		}
 		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
 			v, err := value(it)

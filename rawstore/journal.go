@@ -199,10 +199,15 @@ func (s *Store) seekEvent(eit *pebble.Iterator, ek []byte) ([]byte, error) {
 
 // pendingValue returns id's E value if it is in the journal.
 func (s *Store) pendingValue(id *[32]byte) ([]byte, bool) {
+	return s.pendingIn(s.pendingSnapshot(), id)
+}
+
+// pendingSnapshot returns the journal's entries as they stand: a fold
+// after leaves them there (see pendingE.m).
+func (s *Store) pendingSnapshot() pendingEntries {
 	s.pend.mu.RLock()
-	m := s.pend.m
-	s.pend.mu.RUnlock()
-	return s.pendingIn(m, id)
+	defer s.pend.mu.RUnlock()
+	return s.pend.m
 }
 
 // pendingCount is how many journal entries wait for a fold.

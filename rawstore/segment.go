@@ -110,6 +110,14 @@ type segments struct {
 	wHead  int
 	failed error // a failed write: the tail of w is unknown
 
+	// smu guards the shared sync (syncTo): synced is where the records
+	// known durable end, syncing says a sync is in flight, scond wakes
+	// those waiting for it.
+	smu     sync.Mutex
+	scond   sync.Cond
+	syncing bool
+	synced  segPos
+
 	// tail is the committed tail (segTailKey's value), moved under the
 	// store's ingestMu; openTail is its value at open, where the writer
 	// starts (nothing moves it before the first append).
@@ -137,6 +145,7 @@ func segName(dir string, num uint32) string {
 // segments after the tail's, which no committed batch points into.
 func openSegments(fs vfs.FS, dir string, tail segPos, readOnly, sync bool) (*segments, error) {
 	g := &segments{fs: fs, dir: filepath.Join(dir, segDirName), readOnly: readOnly, sync: sync, rollSize: segRollSize, tail: tail, openTail: tail, open: map[uint32]*segFile{}}
+	g.scond.L = &g.smu
 	if readOnly {
 		return g, nil
 	}
@@ -399,24 +408,52 @@ func (g *segments) writeAt(buf []byte, off int64) error {
 }
 
 // syncTo makes every record before end durable: a segment before the
-// current one was synced when it was rolled.
+// current one was synced when it was rolled. Concurrent ingests share
+// syncs: one in flight covers every record written before it started, so
+// a caller whose records it covers waits for it instead of starting its
+// own (one fdatasync per concurrent ingest queued at the disk, each
+// waiting for the others: docs/PERFORMANCE.md, session 34).
 func (g *segments) syncTo(end segPos) error {
+	g.smu.Lock()
+	for g.syncing && g.synced.less(end) {
+		g.scond.Wait()
+	}
+	if !g.synced.less(end) {
+		g.smu.Unlock()
+		return nil
+	}
+	g.syncing = true
+	g.smu.Unlock()
+	covered, err := g.syncWriter(end)
+	g.smu.Lock()
+	g.syncing = false
+	if err == nil && g.synced.less(covered) {
+		g.synced = covered
+	}
+	g.scond.Broadcast()
+	g.smu.Unlock()
+	return err
+}
+
+// syncWriter syncs the segment appended to, if end is in it, and returns
+// what is durable after: every record appended before the sync started.
+func (g *segments) syncWriter(end segPos) (segPos, error) {
 	g.wmu.Lock()
 	if g.failed != nil {
 		g.wmu.Unlock()
-		return g.failed
+		return segPos{}, g.failed
 	}
-	w := g.w
+	w, covered := g.w, g.wPos
 	if w == nil || end.seg < w.num {
 		g.wmu.Unlock()
-		return nil
+		return end, nil
 	}
 	g.rmu.Lock()
 	w.refs++ // a roll meanwhile must not close it under the sync
 	g.rmu.Unlock()
 	g.wmu.Unlock()
 	defer g.release(w)
-	return w.f.SyncData()
+	return covered, w.f.SyncData()
 }
 
 // read returns the body at loc, checked against its record's length and

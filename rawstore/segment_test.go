@@ -10,10 +10,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // segRaw is the body of event n of the crash test: sizes vary so that
@@ -319,6 +322,67 @@ func TestLookupReadsRuns(t *testing.T) {
 	if got, err := s.segs.read(eventKey(&victim), segLocOf(mustGet(t, s, eventKey(&victim)))); err != nil || !bytes.Equal(got, segRaw(n/2)) {
 		t.Fatalf("the repaired copy reads %q, %v", got, err)
 	}
+}
+
+// syncGate counts the syncs of segment files and holds each until the
+// test lets it go.
+type syncGate struct {
+	n    atomic.Int32
+	hold chan struct{}
+}
+
+func (g *syncGate) String() string { return "sync gate" }
+
+func (g *syncGate) MaybeError(op errorfs.Op) error {
+	if op.Kind == errorfs.OpFileSyncData && strings.HasSuffix(op.Path, segExt) {
+		g.n.Add(1)
+		<-g.hold
+	}
+	return nil
+}
+
+// Ingests syncing the log at once share syncs: callers whose records were
+// written while a sync was in flight wait for it, then one sync covers
+// them all. Four callers, two syncs.
+func TestSegmentSyncsShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := &syncGate{hold: make(chan struct{})}
+		g, err := openSegments(errorfs.Wrap(vfs.NewMem(), gate), "db", segPos{}, false, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.close()
+		write := func(i int) segPos {
+			_, end, err := g.appendBodies([][]byte{segRaw(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return end
+		}
+		done := make(chan error, 4)
+		first := write(0)
+		go func() { done <- g.syncTo(first) }()
+		synctest.Wait() // its sync is held
+		second := write(1)
+		for range 3 {
+			go func() { done <- g.syncTo(second) }()
+		}
+		synctest.Wait()         // waiting: the sync in flight started before their record
+		gate.hold <- struct{}{} // the first sync ends
+		synctest.Wait()         // one of them syncs for all three
+		gate.hold <- struct{}{}
+		synctest.Wait()
+		syncs := gate.n.Load()
+		close(gate.hold) // whatever else waits goes on
+		for range 4 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if syncs != 2 {
+			t.Fatalf("%d syncs for four callers, want 2", syncs)
+		}
+	})
 }
 
 // garbleBody overwrites a few bytes of the stored body of id.
