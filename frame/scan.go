@@ -233,8 +233,21 @@ func skipContainer(b []byte, i, depth int) int {
 // skipString skips the string opening at b[i] == '"', checking escapes.
 func skipString(b []byte, i int) int {
 	for i++; ; {
-		// Contents are most of an event's bytes: look at 8 at a time
-		// until one may end the run of plain bytes.
+		// Contents are most of an event's bytes: look at 16 at a time,
+		// then 8, until one may end the run of plain bytes.
+		for i+16 <= len(b) {
+			w := b[i : i+16 : i+16]
+			lo, hi := stringStops(binary.LittleEndian.Uint64(w)), stringStops(binary.LittleEndian.Uint64(w[8:]))
+			if lo|hi != 0 {
+				if lo != 0 {
+					i += bits.TrailingZeros64(lo) / 8
+				} else {
+					i += 8 + bits.TrailingZeros64(hi)/8
+				}
+				goto stop
+			}
+			i += 16
+		}
 		for i+8 <= len(b) {
 			if m := stringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) / 8
@@ -242,6 +255,7 @@ func skipString(b []byte, i int) int {
 			}
 			i += 8
 		}
+	stop:
 		for i < len(b) && strPlain[b[i]] {
 			i++
 		}
