@@ -3,6 +3,7 @@ package crawl_test
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nostr-archiver/archiver/crawl"
 	"github.com/nostr-archiver/archiver/testrelay"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -402,38 +404,60 @@ func TestTailResumesBeforeFarFuture(t *testing.T) {
 }
 
 // A relay that pages newest-first at first and then stops (a store that
-// another takes over from, say) is caught late, after pages it got wrong
-// were trusted: every range paged until the catch is paged again in
-// windows, so the catch costs pages, not events. One worker pages the
-// newer shard (37 pages), then the older: flipped after the 33rd commit,
-// the 34th page is the remaining range's lowest ids, spans little more
-// than the pages before it, and is not checked (its oldest event skips 16
-// events); the older shard's first page is, and catches the relay. Only
-// paging the newer shard again finds the 16 (checked by mutation).
+// another takes over from, say) is caught whichever page its order breaks
+// on, late or not: every range paged by trusting its order until the
+// catch is paged again in windows, so the catch costs pages, not events.
+// One worker pages the newer shard, then the older; the order breaks
+// after the relay's k-th REQ, for every other k up to the REQs of the
+// whole crawl. Breaking on the older shard's second page (k = 76 here)
+// hands the worker the lowest ids of the shard's remaining range, among
+// them one at the page's top second: the order check that only looked
+// above the page's newest event found no second to ask, the page's
+// oldest event skipped 1,218 events, and the crawl reported drained.
+// Breaking after the 33rd page of the newer shard is caught only by
+// paging that shard again (checked by mutation, repageAllPaged).
 func TestOrderCaughtLate(t *testing.T) {
 	checkLeaks(t)
 	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
-	a := openArchive(t)
-	commits := atomic.Int64{}
-	res := a.crawl(t, crawl.Options{Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1,
-		OnCommit: func() {
-			if commits.Add(1) == 33 {
-				if err := relay.SetOptions(func(o *testrelay.Options) { o.PageOrder = testrelay.PageByID }); err != nil {
-					t.Error(err)
-				}
-			}
-		}}, relay.URL())
-	if res[0].Finish != crawl.FinishUnproven || !strings.Contains(res[0].Detail, "not a range's newest events") {
-		t.Fatalf("result %v, want unproven naming the order", res[0])
+	opts := crawl.Options{Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
+	ordered := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
+	if res := openArchive(t).crawl(t, opts, ordered.URL()); res[0].Finish != crawl.FinishDrained {
+		t.Fatalf("ordered relay: %v", res[0])
 	}
-	a.verify(t)
-	assertExactValidSet(t, a, f)
-	rec := a.record(t)
-	if _, ok := rec.Lies["unordered"]; !ok || len(rec.Repage) != 0 {
-		t.Errorf("lies %v, ranges left to page again %v: want the order caught and nothing left", rec.Lies, rec.Repage)
+	reqs := ordered.Stats().REQs
+	var caught atomic.Int64
+	t.Cleanup(func() {
+		// Breaking after the last page was served is no lie the crawl
+		// can see; before, it is caught.
+		if n := caught.Load(); n < reqs/4 {
+			t.Errorf("caught after %d of %d REQs, want most", n, (reqs+1)/2)
+		}
+	})
+	for k := int64(0); k < reqs; k += 2 {
+		t.Run(fmt.Sprintf("after %d REQs", k), func(t *testing.T) {
+			t.Parallel()
+			relay := startRelay(t, testrelay.Options{MaxLimit: 50, PageOrder: testrelay.PageByID, OrderedPages: k}, f.Items)
+			a := openArchive(t)
+			o := opts
+			o.Logger = zap.NewNop()
+			res := a.crawl(t, o, relay.URL())
+			a.verify(t)
+			assertExactValidSet(t, a, f)
+			rec := a.record(t)
+			_, lied := rec.Lies["unordered"]
+			switch {
+			case res[0].Finish == crawl.FinishDrained && !lied:
+				// Broken after the crawl's last page.
+			case res[0].Finish != crawl.FinishUnproven || !strings.Contains(res[0].Detail, "not a range's newest events"):
+				t.Errorf("result %v, want unproven naming the order", res[0])
+			case !lied || len(rec.Repage) != 0:
+				t.Errorf("lies %v, ranges left to page again %v: want the order caught and nothing left", rec.Lies, rec.Repage)
+			default:
+				caught.Add(1)
+			}
+		})
 	}
 }

@@ -168,11 +168,13 @@ func (r *relayCrawl) probeWindow(ctx context.Context, since, until int64) (*int6
 
 // Order checks: a relay whose pages are not a range's newest events (it
 // sorts them ascending, or by id, and stops at the limit) shows it by
-// serving an event newer than a full page's newest to a window above it.
-// The first full pages of a run are checked, then one in orderCheckEvery,
-// a worker's first on its shard, and any that spans orderCheckSpan times
-// more seconds than the worker's last (a page that leaves events out
-// reaches further down):
+// serving an event to seconds a full page left empty above its oldest
+// event (see emptyRun). The first full pages of a run are checked, then
+// one in orderCheckEvery, a worker's first on its shard, any that spans
+// orderCheckSpan times more seconds than the worker's last (a page that
+// leaves events out reaches further down), and a shard's last full page
+// when the shard ends (a relay whose order breaks with less than that
+// left serves the rest in one page that spans too little):
 // once a relay is caught, every range paged by trusting its order is paged
 // again in windows, so a late catch costs pages, not events.
 const (
@@ -204,19 +206,50 @@ func (r *relayCrawl) orderCheckTop(cursor int64, page *relayconn.Page) int64 {
 	return r.c.opts.Now().Add(-page.Latency - liveMargin).Unix()
 }
 
-// checkOrder asks for an event newer than newest, the newest of a full
-// page for a range up to cursor: a relay that sends a range's newest
-// events has none. It reports whether the relay was caught. (An event the
-// relay took in since the page was sent looks the same: the cost of that
-// false alarm is paging in windows, never a lost event.)
-func (r *relayCrawl) checkOrder(ctx context.Context, newest, cursor int64) bool {
-	at, ok := r.probeWindow(ctx, newest+1, cursor)
+// checkOrder asks for an event in run, seconds a full page left empty
+// above its oldest event: a relay that sends a range's newest events has
+// none there. It reports whether the relay was caught. (An event the relay
+// took in since the page was sent looks the same: the cost of that false
+// alarm is paging in windows, never a lost event.)
+func (r *relayCrawl) checkOrder(ctx context.Context, run emptyRun) bool {
+	at, ok := r.probeWindow(ctx, run.lo, run.hi)
 	if !ok || at == nil {
 		return false
 	}
-	r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d], above a full page whose newest event was at %d: "+
-		"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", *at, newest+1, cursor, newest))
+	r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d], seconds a full page left empty above its oldest event at %d: "+
+		"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", *at, run.lo, run.hi, run.oldest))
 	return true
+}
+
+// emptyRun is a run [lo, hi] of seconds that a full page whose oldest
+// event is at oldest left empty: a relay that pages newest-first sent
+// every event above the page's oldest second, so the run is empty on the
+// relay too. A relay that sorts otherwise (by id, ascending) and stops at
+// the limit leaves events out all over the range it was asked for; the
+// page's widest empty run is the likeliest to hold one.
+type emptyRun struct{ lo, hi, oldest int64 }
+
+// emptySeconds returns the widest run of seconds in (oldest, top] that
+// holds none of a full page's events (ats, its in-range created_ats). The
+// run above the page's newest event is one, but not the only one: a page
+// that holds an event at its top second has none there. ok is false when
+// the page leaves no second of (oldest, top] empty.
+func emptySeconds(ats []int64, oldest, top int64) (lo, hi int64, ok bool) {
+	secs := make([]int64, 0, len(ats)+1)
+	secs = append(secs, oldest)
+	for _, at := range ats {
+		if at > oldest && at <= top {
+			secs = append(secs, at)
+		}
+	}
+	slices.Sort(secs)
+	secs = append(slices.Compact(secs), top+1)
+	for i := 1; i < len(secs); i++ {
+		if a, b := secs[i-1]+1, secs[i]-1; a <= b && (!ok || b-a > hi-lo) {
+			lo, hi, ok = a, b, true
+		}
+	}
+	return lo, hi, ok
 }
 
 // catchUnordered records the lie and marks every range paged so far for

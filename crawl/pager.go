@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -93,6 +92,9 @@ type pageState struct {
 	win      pageWindow
 	windowed bool
 	span     int64
+	// unchecked is the last full page's empty run if the page was not
+	// checked (see orderCheckDue), nil once a later full page was judged.
+	unchecked *emptyRun
 	// empties counts the empty pages in a row at the cursor from a relay
 	// caught sending events after their page's EOSE: asked for again up
 	// to emptyRetries times before an empty page is believed.
@@ -374,12 +376,18 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// now and then, and paged again in windows if that was wrong.
 		cursor, trusted = oldest, full
 		if full {
-			newest, top := slices.Max(ats), r.orderCheckTop(s.Cursor, page)
+			top := r.orderCheckTop(s.Cursor, page)
 			span := top - oldest
 			due := r.orderCheckDue() || ps.span == 0 || span > orderCheckSpan*ps.span
 			ps.span = span
-			if due && newest < top && r.checkOrder(ctx, newest, top) {
-				cursor, trusted = s.Cursor, false
+			ps.unchecked = nil
+			if lo, hi, ok := emptySeconds(ats, oldest, top); ok {
+				run := emptyRun{lo: lo, hi: hi, oldest: oldest}
+				if !due {
+					ps.unchecked = &run
+				} else if r.checkOrder(ctx, run) {
+					cursor, trusted = s.Cursor, false
+				}
 			}
 		}
 	default:
@@ -390,6 +398,14 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// we learned).
 		wall = r.secondFull(ctx, n, frames) || r.possibleWall(ctx, s.Cursor, n)
 		cursor = s.Cursor - 1
+	}
+	if cursor < s.Since && ps.unchecked != nil {
+		// The shard ends: its last full page is checked now if it was
+		// not. A relay whose order breaks near a shard's end serves the
+		// rest of the shard in one page that spans too little to be
+		// checked for it, and nothing after (see emptyRun).
+		r.checkOrder(ctx, *ps.unchecked)
+		ps.unchecked = nil
 	}
 	if wall {
 		if _, err := r.commit(page.Items, malformed, nil); err != nil {

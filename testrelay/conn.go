@@ -208,6 +208,7 @@ func (c *conn) serve(j job) error {
 	j.sub.live.Store(true)
 	snap := c.r.store.snap.Load()
 	pos := c.pos[:0]
+	unordered := o.PageOrder != "" && c.r.servedSeq.Add(1) > o.OrderedPages
 	for i := range j.filters {
 		if o.RefuseBroad && anyBroad(j.filters) {
 			break
@@ -219,7 +220,7 @@ func (c *conn) serve(j job) error {
 			// Every store applies the limit on its own.
 			pos = snap.match(pos, f, -1, o.ExtraOutOfRange, o.IgnoreUntil, o.TiesDescending)
 			pos = append(pos[:start], splitStores(pos[start:], snap, o.SplitStores, lim)...)
-		} else if o.PageOrder != "" && f.ids == nil {
+		} else if unordered && f.ids == nil {
 			pos = snap.match(pos, f, -1, 0, o.IgnoreUntil, o.TiesDescending)
 			pos = append(pos[:start], pickUnordered(pos[start:], snap, o.PageOrder, lim)...)
 		} else {

@@ -31,6 +31,16 @@ func TestLyingPages(t *testing.T) {
 			t.Fatalf("created_at %v: want two descending runs reaching below 1080", at)
 		}
 	})
+	t.Run("order breaks after OrderedPages", func(t *testing.T) {
+		r := newRelay(t, Options{PageOrder: PageOldest, OrderedPages: 2}, items...)
+		c := dial(t, r.URL())
+		for i, want := range []int64{1099, 1099, 1009} {
+			at := ats(decodeEvents(t, c.Req("o", map[string]any{"limit": 10}).Events))
+			if len(at) != 10 || slices.Max(at) != want {
+				t.Fatalf("page %d: created_at %v, want 10 up to %d", i+1, at, want)
+			}
+		}
+	})
 	t.Run("broken entry ends the scan", func(t *testing.T) {
 		o := Options{BrokenEvery: 10}
 		first := -1 // the newest broken item

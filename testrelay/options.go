@@ -183,6 +183,11 @@ type Options struct {
 	// scans a table keyed by id and stops at the limit). Paging by until
 	// from either page's oldest event skips most of the range. "": newest.
 	PageOrder string
+	// OrderedPages, with PageOrder, serves the relay's first N REQs
+	// newest-first as NIP-01 says and only later ones in PageOrder: a relay
+	// whose order breaks partway through a crawl (another store taking
+	// over, say).
+	OrderedPages int64
 	// ClosedEvery cuts every Nth REQ page (counted over the relay) after
 	// half its events with ["CLOSED",sub,"error: the relay could not
 	// respond fast enough"], as Ditto does when its query times out. 0:
@@ -312,6 +317,8 @@ func (o Options) Validate() error {
 		return bad("QueueDepth %d < 0", o.QueueDepth)
 	case o.PageOrder != "" && o.PageOrder != PageOldest && o.PageOrder != PageByID:
 		return bad("PageOrder %q is none of %q, %q", o.PageOrder, PageOldest, PageByID)
+	case o.OrderedPages < 0:
+		return bad("OrderedPages %d < 0", o.OrderedPages)
 	case o.DuplicateEvery < 0:
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:

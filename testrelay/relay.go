@@ -59,6 +59,7 @@ type Relay struct {
 	dupSeq, omitSeq atomic.Int64
 	negSeq          atomic.Int64 // NEG-MSGs, for NegCloseEvery
 	closedSeq       atomic.Int64 // REQ pages, for ClosedEvery and FailQueryEvery
+	servedSeq       atomic.Int64 // REQs served, for OrderedPages
 }
 
 // Stats are the relay's counters since New.

@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.DefaultLimit, "default-limit", 0, "limit of a filter without one (0: 500, negative: unlimited)")
 	fs.BoolVar(&o.IgnoreUntil, "ignore-until", false, "serve filters as if they had no until")
 	fs.StringVar(&o.PageOrder, "page-order", "", `which events a clamped page holds: "oldest" (a relay sorting ascending), "id" (lowest ids), or "" (newest, as NIP-01 says)`)
+	fs.Int64Var(&o.OrderedPages, "ordered-pages", 0, "with -page-order, serve the first N REQs newest-first and only later ones in that order")
 	fs.IntVar(&o.ExtraOutOfRange, "extra-out-of-range", 0, "add this many events outside [since, until] on each side")
 	fs.IntVar(&o.MaxSubsPerConn, "max-subs", 0, "open subscriptions per connection; over it a REQ gets only a NOTICE (0: no cap)")
 	fs.Float64Var(&o.RateLimit, "rate", 0, "REQs per second per connection (0: no limit)")
