@@ -111,20 +111,17 @@ type pageCommit struct {
 	err  error
 }
 
-// commitAhead starts committing page items with s's cursor moved to
-// cursor (trusted: by trusting the relay's order, see shardAdvance), and
-// returns s as it will then stand (the queue may yet raise its Since: wait
-// returns the shard as the queue has it). The advance is built before the
-// goroutine starts: s is the caller's to change once this returns.
-func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, cursor int64, trusted bool) (shard.Shard, *pageCommit) {
+// commitAhead starts committing page items with s's cursor moved as adv
+// says, and returns s as it will then stand (the queue may yet raise its
+// Since: wait returns the shard as the queue has it).
+func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malformed, s shard.Shard, adv shardAdvance) (shard.Shard, *pageCommit) {
 	c := &pageCommit{done: make(chan struct{})}
-	adv := &shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted}
 	go func() {
 		defer close(c.done)
-		c.s, c.err = r.commit(page.Items, malformed, adv)
+		c.s, c.err = r.commit(page.Items, malformed, &adv)
 		page.Release() // stored: the store keeps none of its bytes
 	}()
-	s.Cursor = cursor
+	s.Cursor = adv.cursor
 	return s, c
 }
 
@@ -339,6 +336,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	r.tally(s, page.Items, len(page.Malformed))
 
 	cursor, trusted := s.Cursor, false
+	endTrusted := !r.caught(lieAfterEOSE) // read before judging: a catch after it adds a repage
 	if n > 0 {
 		ps.empties = 0
 	}
@@ -416,7 +414,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			return s, nil, err
 		}
 	}
-	next, c := r.commitAhead(page, malformed, s, cursor, trusted)
+	next, c := r.commitAhead(page, malformed, s, shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted, endTrusted: endTrusted})
 	return next, c, nil
 }
 

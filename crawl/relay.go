@@ -450,8 +450,11 @@ func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malform
 				return nil, nil, err
 			}
 			states[r.job.shardPrefix()+s.ID] = encodeShard(s)
-			if _, caught := r.rec.Lies[lieUnordered]; caught && advance.trusted {
-				// Judged before the catch, landing after it (catchUnordered).
+			_, unordered := r.rec.Lies[lieUnordered]
+			_, late := r.rec.Lies[lieAfterEOSE]
+			if (unordered && advance.trusted) || (late && advance.endTrusted) {
+				// Judged before the catch, landing after it: what the
+				// catch marked for paging again (repageAllPaged) missed it.
 				r.rec.Repage = addSpan(r.rec.Repage, Span{Since: advance.cursor, Until: advance.from})
 			}
 		}
@@ -470,9 +473,12 @@ type shardAdvance struct {
 	cursor int64
 	// from is the cursor it moves from; trusted, that the move trusted the
 	// relay to send a range's newest events (paging by until from a full
-	// page's oldest event).
-	from    int64
-	trusted bool
+	// page's oldest event); endTrusted, that it was judged before the
+	// relay was caught sending events after their page's EOSE (an empty
+	// page was believed at once).
+	from       int64
+	trusted    bool
+	endTrusted bool
 }
 
 // backoff sleeps for the attempt-th retry (relayconn.Backoff).
