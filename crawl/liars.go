@@ -173,8 +173,9 @@ func (r *relayCrawl) probeWindow(ctx context.Context, since, until int64) (*int6
 // one in orderCheckEvery, a worker's first on its shard, any that spans
 // orderCheckSpan times more seconds than the worker's last (a page that
 // leaves events out reaches further down), and a shard's last full page
-// when the shard ends (a relay whose order breaks with less than that
-// left serves the rest in one page that spans too little):
+// when the shard ends, asked for again whole (checkLastPage: a relay whose
+// order breaks with less than that left serves the rest in one page that
+// spans too little, and may leave out only a few events):
 // once a relay is caught, every range paged by trusting its order is paged
 // again in windows, so a late catch costs pages, not events.
 const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -40,10 +41,15 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 		s = next
 		return true
 	}
+	ps.unchecked = r.takeUnchecked(s.ID)
+	release := func() {
+		r.keepUnchecked(s.ID, ps.unchecked)
+		r.release(s)
+	}
 	for !s.Done() && ctx.Err() == nil {
 		if r.yield() {
 			if settle() {
-				r.release(s)
+				release()
 			}
 			return true
 		}
@@ -56,7 +62,7 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			return false
 		}
 		if err != nil {
-			r.release(s)
+			release()
 			return false
 		}
 		if !r.usable(ctx, pc, page, &failures, &slowdowns, fmt.Sprintf("shard %s page until=%d", s.ID, s.Cursor)) {
@@ -78,8 +84,18 @@ func (r *relayCrawl) work(ctx context.Context, s shard.Shard) (yielded bool) {
 			zap.Int64("cursor", next.Cursor), zap.Duration("latency", page.Latency))
 		s, ahead = next, commit
 	}
-	if settle() && !s.Done() {
-		r.release(s)
+	if !settle() {
+		return false
+	}
+	switch {
+	case !s.Done():
+		release()
+	case ps.unchecked != nil:
+		// Its last full page is checked now if it was not: a relay whose
+		// order breaks near a shard's end serves the rest of the shard in
+		// one page that spans too little to be checked for it, and nothing
+		// after. A catch marks the shard for paging again.
+		r.checkLastPage(ctx, ps.unchecked)
 	}
 	return false
 }
@@ -92,9 +108,12 @@ type pageState struct {
 	win      pageWindow
 	windowed bool
 	span     int64
-	// unchecked is the last full page's empty run if the page was not
-	// checked (see orderCheckDue), nil once a later full page was judged.
-	unchecked *emptyRun
+	// unchecked is the last full page if it was not checked (see
+	// orderCheckDue), nil once a later full page was judged; checked when
+	// the shard is done (checkLastPage), kept with the shard if it is
+	// released (keepUnchecked). Its ids are spare's, reused.
+	unchecked *uncheckedPage
+	spare     map[[32]byte]struct{}
 	// empties counts the empty pages in a row at the cursor from a relay
 	// caught sending events after their page's EOSE: asked for again up
 	// to emptyRetries times before an empty page is believed.
@@ -128,6 +147,86 @@ func (r *relayCrawl) commitAhead(page *relayconn.Page, malformed []rawstore.Malf
 func (c *pageCommit) wait() (shard.Shard, error) {
 	<-c.done
 	return c.s, c.err
+}
+
+// uncheckedPage is a full page not checked for its order: the seconds it
+// covered above its oldest event, (oldest, top], and the ids it held
+// there.
+type uncheckedPage struct {
+	oldest, top int64
+	ids         map[[32]byte]struct{}
+}
+
+// keep records items, a full page over [oldest, top] that was not
+// checked, in ps.spare.
+func (ps *pageState) keep(items []relayconn.Item, oldest, top int64) *uncheckedPage {
+	if ps.spare == nil {
+		ps.spare = make(map[[32]byte]struct{}, len(items))
+	}
+	clear(ps.spare)
+	for _, it := range items {
+		if it.CreatedAt > oldest && it.CreatedAt <= top {
+			ps.spare[it.ID] = struct{}{}
+		}
+	}
+	return &uncheckedPage{oldest: oldest, top: top, ids: ps.spare}
+}
+
+// keepUnchecked keeps p, the unchecked last full page of shard id, for
+// the worker that takes the shard up next (takeUnchecked): that worker
+// may see no full page of it before it ends.
+func (r *relayCrawl) keepUnchecked(id string, p *uncheckedPage) {
+	if p == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unchecked == nil {
+		r.unchecked = map[string]uncheckedPage{}
+	}
+	r.unchecked[id] = uncheckedPage{oldest: p.oldest, top: p.top, ids: maps.Clone(p.ids)}
+}
+
+// takeUnchecked returns and forgets what keepUnchecked kept for shard id.
+func (r *relayCrawl) takeUnchecked(id string) *uncheckedPage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.unchecked[id]
+	if !ok {
+		return nil
+	}
+	delete(r.unchecked, id)
+	return &p
+}
+
+// checkLastPage asks again for the events of p's seconds above its oldest:
+// a relay that sends a range's newest events sends the ones p held there,
+// fewer than a page; one that sorts them otherwise and left some out sends
+// at least one that p did not hold (p held at most limit-1 of them, one
+// being at its oldest second). Unlike checkOrder's one probe, this finds
+// a page that left out a single event. It reports whether the relay was
+// caught; what it sends is stored.
+func (r *relayCrawl) checkLastPage(ctx context.Context, p *uncheckedPage) bool {
+	since, until := p.oldest+1, p.top
+	if since > until {
+		return false
+	}
+	page, _, err := r.fetch(ctx, r.jobFilter(&since, &until, r.limit).bytes())
+	if err != nil || page.End != relayconn.EndEOSE {
+		return false
+	}
+	if _, err := r.commit(page.Items, nil, nil); err != nil {
+		r.fail(FinishGaveUp, "store: "+err.Error())
+		return false
+	}
+	for _, it := range page.Items {
+		if _, held := p.ids[it.ID]; !held && it.CreatedAt >= since && it.CreatedAt <= until {
+			r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d], which a full page asked for the range's newest events did not hold: "+
+				"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", it.CreatedAt, since, until))
+			return true
+		}
+	}
+	return false
 }
 
 // release hands an unfinished shard back to the queue.
@@ -307,11 +406,13 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		oldest = r.overLimitCursor(ats, r.limit)
 	}
 	malformed := r.malformed(pc, page)
-	full := r.full(n, frames)
+	// A page cut anywhere may have left out any part of what it was asked
+	// for: the part a steal gave away meanwhile counts toward its
+	// fullness too. (Counted as the shard's own, a page cut among them
+	// looked short: its move was not marked as trusting the relay's
+	// order, and a later catch did not page it again.)
+	full := r.full(n+stolen, frames+stolenFrames)
 	top := r.densityTop(s.Cursor, oldest)
-	if ps.windowed {
-		full = r.full(n+stolen, frames+stolenFrames)
-	}
 	r.mu.Lock()
 	r.rec.OutOfRange += int64(newer + older)
 	// More than the limit asked is no page size: the relay's stores each
@@ -357,7 +458,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	case ps.windowed:
 		cursor, wall = r.windowStep(&ps.win, s.Since, asked, s.Cursor, full)
 	case n == 0:
-		cursor = s.Since - 1 // a page with nothing in range is the end
+		// A page with nothing in range is the end; a full one of stolen
+		// events only says so by trusting the order.
+		cursor, trusted = s.Since-1, full
 		// Unless narrower windows show the relay cut its scan short.
 		// Checked where pages of the shard found events (a scan that
 		// stopped early stopped under them) or the relay was caught:
@@ -379,13 +482,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			due := r.orderCheckDue() || ps.span == 0 || span > orderCheckSpan*ps.span
 			ps.span = span
 			ps.unchecked = nil
-			if lo, hi, ok := emptySeconds(ats, oldest, top); ok {
-				run := emptyRun{lo: lo, hi: hi, oldest: oldest}
-				if !due {
-					ps.unchecked = &run
-				} else if r.checkOrder(ctx, run) {
-					cursor, trusted = s.Cursor, false
-				}
+			if !due {
+				ps.unchecked = ps.keep(page.Items, oldest, top)
+			} else if lo, hi, ok := emptySeconds(ats, oldest, top); ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
+				cursor, trusted = s.Cursor, false
 			}
 		}
 	default:
@@ -396,14 +496,6 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// we learned).
 		wall = r.secondFull(ctx, n, frames) || r.possibleWall(ctx, s.Cursor, n)
 		cursor = s.Cursor - 1
-	}
-	if cursor < s.Since && ps.unchecked != nil {
-		// The shard ends: its last full page is checked now if it was
-		// not. A relay whose order breaks near a shard's end serves the
-		// rest of the shard in one page that spans too little to be
-		// checked for it, and nothing after (see emptyRun).
-		r.checkOrder(ctx, *ps.unchecked)
-		ps.unchecked = nil
 	}
 	if wall {
 		if _, err := r.commit(page.Items, malformed, nil); err != nil {

@@ -120,6 +120,9 @@ type relayCrawl struct {
 	// sizeOnce asks for one page to learn the relay's page size
 	// (secondFull).
 	sizeOnce sync.Once
+	// unchecked holds the released shards' unchecked last full pages
+	// (keepUnchecked); guarded by mu.
+	unchecked map[string]uncheckedPage
 }
 
 func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
