@@ -477,3 +477,41 @@ func TestOrderCaughtLate(t *testing.T) {
 		})
 	}
 }
+
+// A relay that answers every k-th REQ with its EOSE first and the page's
+// events after it, for k over the REQs of a whole crawl (one worker, two
+// shards), so that the first such page falls anywhere in it. k = 86 made
+// the older shard's first page empty: an empty first page was believed
+// without a probe (1,268-1,318 of 3,000 lost, drained), and when its
+// events came only after the audit, the catch marked the shard for paging
+// again too late (drained, the record still naming the range). Whatever
+// the crawl says, every event is archived; a relay it caught is not
+// reported drained and leaves nothing to page again.
+func TestEOSEFirstAnywhere(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := crawl.Options{Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
+	ordered := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
+	if res := openArchive(t).crawl(t, opts, ordered.URL()); res[0].Finish != crawl.FinishDrained {
+		t.Fatalf("honest relay: %v", res[0])
+	}
+	for k := 2; k < int(ordered.Stats().REQs); k += 4 {
+		t.Run(fmt.Sprintf("every %d REQs", k), func(t *testing.T) {
+			t.Parallel()
+			relay := startRelay(t, testrelay.Options{MaxLimit: 50, EOSEFirstEvery: k}, f.Items)
+			a := openArchive(t)
+			o := opts
+			o.Logger = zap.NewNop()
+			res := a.crawl(t, o, relay.URL())
+			a.verify(t)
+			assertExactValidSet(t, a, f)
+			rec := a.record(t)
+			if _, lied := rec.Lies["after-eose"]; lied && (res[0].Finish == crawl.FinishDrained || len(rec.Repage) != 0) {
+				t.Errorf("caught sending events after EOSE, the crawl says %v and leaves %v to page again", res[0], rec.Repage)
+			}
+		})
+	}
+}

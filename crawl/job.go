@@ -108,7 +108,7 @@ func (r *relayCrawl) plan(ctx context.Context, j *jobState, since, until int64) 
 		// ranges (steals split a shard when connections sit idle).
 		n = int(min(int64(n), max(1, (total+int64(r.limit)-1)/int64(r.limit))))
 	} else if occ, ok := r.probeOccupancy(ctx, since, until); ok {
-		est, r.rec.PlannedBy = occ, "probe"
+		est, r.rec.PlannedBy, r.occupied = occ, "probe", occ
 		// What the probes proved empty is empty to the density too, which
 		// sizes steals and the progress estimate: else it spreads what
 		// pages find over decades of nothing.

@@ -372,6 +372,28 @@ func (r *relayCrawl) windowStep(w *pageWindow, since, bottom, cursor int64, full
 	}
 }
 
+// repageLate is repageUntrusted, then the late events the connections
+// still hold are stored (they count for the audit) and, if they caught
+// the relay sending events after EOSE, what that marked is paged too.
+func (r *relayCrawl) repageLate(ctx context.Context) error {
+	for {
+		if err := r.repageUntrusted(ctx); err != nil {
+			return err
+		}
+		r.storeLate(r.conns.takeLate())
+		if !r.repagePending() {
+			return nil
+		}
+	}
+}
+
+// repagePending reports whether ranges wait to be paged again.
+func (r *relayCrawl) repagePending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.rec.Repage) > 0
+}
+
 // repageUntrusted pages again (in windows, for a relay caught not keeping
 // the order) each range paged by trusting what the relay was since caught
 // breaking, and strikes it from the record once paged.

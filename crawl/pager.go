@@ -421,8 +421,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		r.rec.EffectiveLimit = min(n, r.limit)
 	}
 	r.ctrl.PageDone(r.c.opts.Now(), len(page.Items), page.Bytes, page.Latency)
+	var expected float64 // what the density, or the plan's probes, put in this empty page's range
 	switch {
 	case n == 0:
+		expected = max(r.density.Estimate(s.Since, top), r.occupied.Estimate(s.Since, top))
 		r.density.ObservePage(s.Since, top, 0)
 	case full:
 		r.ctrl.PageSize(n)
@@ -463,9 +465,12 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		cursor, trusted = s.Since-1, full
 		// Unless narrower windows show the relay cut its scan short.
 		// Checked where pages of the shard found events (a scan that
-		// stopped early stopped under them) or the relay was caught:
-		// most shards of a sparse relay are empty from their top.
-		if s.Cursor != s.Until || r.caught(lieEmptyEarly) || r.caught(lieAfterEOSE) {
+		// stopped early stopped under them), where what the crawl saw so
+		// far puts events (a page that ended before its events came, on
+		// a relay not caught yet, left a shard planned around 1,300
+		// events empty), or the relay was caught. A shard of a sparse
+		// relay that is empty from its top costs the probes too.
+		if s.Cursor != s.Until || expected >= 1 || r.caught(lieEmptyEarly) || r.caught(lieAfterEOSE) {
 			if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
 				cursor = u
 			}

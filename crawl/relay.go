@@ -120,6 +120,10 @@ type relayCrawl struct {
 	// sizeOnce asks for one page to learn the relay's page size
 	// (secondFull).
 	sizeOnce sync.Once
+	// occupied is what the plan's probes found holding events (none if
+	// the job was planned otherwise, or by an earlier run); written
+	// before the workers start.
+	occupied occupancy
 	// unchecked holds the released shards' unchecked last full pages
 	// (keepUnchecked); guarded by mu.
 	unchecked map[string]uncheckedPage
@@ -312,7 +316,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	// was caught not keeping is paged again, walls not yet proven get
 	// another try with every author the crawl has seen, then each range
 	// is checked against the relay's COUNT.
-	if err := r.repageUntrusted(ctx); err != nil {
+	failed := func(err error) Result {
 		if ctx.Err() != nil {
 			return r.canceled()
 		}
@@ -321,12 +325,22 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		}
 		return Result{Relay: r.url, Finish: FinishGaveUp, Detail: err.Error()}
 	}
-	// Late events still held by the connections count for the audit.
-	r.storeLate(r.conns.takeLate())
+	if err := r.repageLate(ctx); err != nil {
+		return failed(err)
+	}
 	damaged := r.readBackEarlier(ctx)
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
 	r.storeLate(r.conns.takeLate())
+	if r.repagePending() {
+		// Events that came after their EOSE, stored only now, caught the
+		// relay after the audit: what its pages ended is paged again, and
+		// the audit, which took paging for proof, is done again.
+		if err := r.repageLate(ctx); err != nil {
+			return failed(err)
+		}
+		coverage = r.audit(ctx)
+	}
 	if res, ok := r.finished(); ok {
 		return res
 	}
