@@ -437,11 +437,7 @@ func TestOrderCaughtLate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			opts := c.opts
 			opts.Now = clockAt(f.Until)
-			ordered := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
-			if res := openArchive(t).crawl(t, opts, ordered.URL()); res[0].Finish != crawl.FinishDrained {
-				t.Fatalf("ordered relay: %v", res[0])
-			}
-			reqs := ordered.Stats().REQs
+			reqs := honestREQs(t, opts, f)
 			var caught atomic.Int64
 			t.Cleanup(func() {
 				// Breaking after the last page was served is no lie the
@@ -453,20 +449,13 @@ func TestOrderCaughtLate(t *testing.T) {
 			for k := int64(0); k < reqs; k += c.step {
 				t.Run(fmt.Sprintf("after %d REQs", k), func(t *testing.T) {
 					t.Parallel()
-					relay := startRelay(t, testrelay.Options{MaxLimit: 50, PageOrder: testrelay.PageByID, OrderedPages: k}, f.Items)
-					a := openArchive(t)
-					o := opts
-					o.Logger = zap.NewNop()
-					res := a.crawl(t, o, relay.URL())
-					a.verify(t)
-					assertExactValidSet(t, a, f)
-					rec := a.record(t)
+					res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, PageOrder: testrelay.PageByID, OrderedPages: k}, opts, f)
 					_, lied := rec.Lies["unordered"]
 					switch {
-					case res[0].Finish == crawl.FinishDrained && !lied:
+					case res.Finish == crawl.FinishDrained && !lied:
 						// Broken after the crawl's last page.
-					case res[0].Finish != crawl.FinishUnproven || !strings.Contains(res[0].Detail, "not a range's newest events"):
-						t.Errorf("result %v, want unproven naming the order", res[0])
+					case res.Finish != crawl.FinishUnproven || !strings.Contains(res.Detail, "not a range's newest events"):
+						t.Errorf("result %v, want unproven naming the order", res)
 					case !lied || len(rec.Repage) != 0:
 						t.Errorf("lies %v, ranges left to page again %v: want the order caught and nothing left", rec.Lies, rec.Repage)
 					default:
@@ -494,24 +483,38 @@ func TestEOSEFirstAnywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := crawl.Options{Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
-	ordered := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
-	if res := openArchive(t).crawl(t, opts, ordered.URL()); res[0].Finish != crawl.FinishDrained {
-		t.Fatalf("honest relay: %v", res[0])
-	}
-	for k := 2; k < int(ordered.Stats().REQs); k += 4 {
+	for k := 2; k < int(honestREQs(t, opts, f)); k += 4 {
 		t.Run(fmt.Sprintf("every %d REQs", k), func(t *testing.T) {
 			t.Parallel()
-			relay := startRelay(t, testrelay.Options{MaxLimit: 50, EOSEFirstEvery: k}, f.Items)
-			a := openArchive(t)
-			o := opts
-			o.Logger = zap.NewNop()
-			res := a.crawl(t, o, relay.URL())
-			a.verify(t)
-			assertExactValidSet(t, a, f)
-			rec := a.record(t)
-			if _, lied := rec.Lies["after-eose"]; lied && (res[0].Finish == crawl.FinishDrained || len(rec.Repage) != 0) {
-				t.Errorf("caught sending events after EOSE, the crawl says %v and leaves %v to page again", res[0], rec.Repage)
+			res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, EOSEFirstEvery: k}, opts, f)
+			if _, lied := rec.Lies["after-eose"]; lied && (res.Finish == crawl.FinishDrained || len(rec.Repage) != 0) {
+				t.Errorf("caught sending events after EOSE, the crawl says %v and leaves %v to page again", res, rec.Repage)
 			}
 		})
 	}
+}
+
+// honestREQs crawls f from an honest relay with opts (page limit 50) and
+// returns how many REQs the crawl took: the span a lie that starts
+// partway through is swept over.
+func honestREQs(t *testing.T, opts crawl.Options, f *testrelay.Fixture) int64 {
+	t.Helper()
+	relay := startRelay(t, testrelay.Options{MaxLimit: 50}, f.Items)
+	if res := openArchive(t).crawl(t, opts, relay.URL()); res[0].Finish != crawl.FinishDrained {
+		t.Fatalf("honest relay: %v", res[0])
+	}
+	return relay.Stats().REQs
+}
+
+// crawlExact crawls f from a relay with relayOpts into a fresh archive,
+// quietly, and asserts that the archive holds exactly f's valid events.
+func crawlExact(t *testing.T, relayOpts testrelay.Options, opts crawl.Options, f *testrelay.Fixture) (crawl.Result, crawl.RelayRecord) {
+	t.Helper()
+	relay := startRelay(t, relayOpts, f.Items)
+	a := openArchive(t)
+	opts.Logger = zap.NewNop()
+	res := a.crawl(t, opts, relay.URL())
+	a.verify(t)
+	assertExactValidSet(t, a, f)
+	return res[0], a.record(t)
 }

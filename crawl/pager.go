@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -111,9 +110,8 @@ type pageState struct {
 	// unchecked is the last full page if it was not checked (see
 	// orderCheckDue), nil once a later full page was judged; checked when
 	// the shard is done (checkLastPage), kept with the shard if it is
-	// released (keepUnchecked). Its ids are spare's, reused.
+	// released (keepUnchecked).
 	unchecked *uncheckedPage
-	spare     map[[32]byte]struct{}
 	// empties counts the empty pages in a row at the cursor from a relay
 	// caught sending events after their page's EOSE: asked for again up
 	// to emptyRetries times before an empty page is believed.
@@ -150,26 +148,11 @@ func (c *pageCommit) wait() (shard.Shard, error) {
 }
 
 // uncheckedPage is a full page not checked for its order: the seconds it
-// covered above its oldest event, (oldest, top], and the ids it held
-// there.
+// covered above its oldest event, (oldest, top], and how many distinct
+// events it held there.
 type uncheckedPage struct {
 	oldest, top int64
-	ids         map[[32]byte]struct{}
-}
-
-// keep records items, a full page over [oldest, top] that was not
-// checked, in ps.spare.
-func (ps *pageState) keep(items []relayconn.Item, oldest, top int64) *uncheckedPage {
-	if ps.spare == nil {
-		ps.spare = make(map[[32]byte]struct{}, len(items))
-	}
-	clear(ps.spare)
-	for _, it := range items {
-		if it.CreatedAt > oldest && it.CreatedAt <= top {
-			ps.spare[it.ID] = struct{}{}
-		}
-	}
-	return &uncheckedPage{oldest: oldest, top: top, ids: ps.spare}
+	held        int
 }
 
 // keepUnchecked keeps p, the unchecked last full page of shard id, for
@@ -184,7 +167,7 @@ func (r *relayCrawl) keepUnchecked(id string, p *uncheckedPage) {
 	if r.unchecked == nil {
 		r.unchecked = map[string]uncheckedPage{}
 	}
-	r.unchecked[id] = uncheckedPage{oldest: p.oldest, top: p.top, ids: maps.Clone(p.ids)}
+	r.unchecked[id] = *p
 }
 
 // takeUnchecked returns and forgets what keepUnchecked kept for shard id.
@@ -200,12 +183,12 @@ func (r *relayCrawl) takeUnchecked(id string) *uncheckedPage {
 }
 
 // checkLastPage asks again for the events of p's seconds above its oldest:
-// a relay that sends a range's newest events sends the ones p held there,
-// fewer than a page; one that sorts them otherwise and left some out sends
-// at least one that p did not hold (p held at most limit-1 of them, one
-// being at its oldest second). Unlike checkOrder's one probe, this finds
-// a page that left out a single event. It reports whether the relay was
-// caught; what it sends is stored.
+// a relay that sends a range's newest events sends the p.held that p held
+// there, fewer than a page; one that sorts them otherwise and left some
+// out sends more (p held at most limit-1 of them, one being at its oldest
+// second). Unlike checkOrder's one probe, this finds a page that left out
+// a single event. It reports whether the relay was caught; what it sends
+// is stored.
 func (r *relayCrawl) checkLastPage(ctx context.Context, p *uncheckedPage) bool {
 	since, until := p.oldest+1, p.top
 	if since > until {
@@ -219,14 +202,18 @@ func (r *relayCrawl) checkLastPage(ctx context.Context, p *uncheckedPage) bool {
 		r.fail(FinishGaveUp, "store: "+err.Error())
 		return false
 	}
+	ids := make(map[[32]byte]struct{}, len(page.Items))
 	for _, it := range page.Items {
-		if _, held := p.ids[it.ID]; !held && it.CreatedAt >= since && it.CreatedAt <= until {
-			r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d], which a full page asked for the range's newest events did not hold: "+
-				"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", it.CreatedAt, since, until))
-			return true
+		if it.CreatedAt >= since && it.CreatedAt <= until {
+			ids[it.ID] = struct{}{}
 		}
 	}
-	return false
+	if len(ids) <= p.held {
+		return false
+	}
+	r.catchUnordered(fmt.Sprintf("served %d events to [%d, %d], where a full page asked for the range's newest events held %d: "+
+		"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", len(ids), since, until, p.held))
+	return true
 }
 
 // release hands an unfinished shard back to the queue.
@@ -488,7 +475,13 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 			ps.span = span
 			ps.unchecked = nil
 			if !due {
-				ps.unchecked = ps.keep(page.Items, oldest, top)
+				held := 0 // ats holds each in-range second once per distinct id
+				for _, at := range ats {
+					if at > oldest && at <= top {
+						held++
+					}
+				}
+				ps.unchecked = &uncheckedPage{oldest: oldest, top: top, held: held}
 			} else if lo, hi, ok := emptySeconds(ats, oldest, top); ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
 				cursor, trusted = s.Cursor, false
 			}
