@@ -567,11 +567,15 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 					return len(bad), err
 				}
 			}
+			if n == 0 {
+				r.emptyAnswered(next+1, cursor, cursor != until)
+			}
 			cursor = next
 		case n == 0 && r.caught(lieAfterEOSE) && empties < emptyRetries:
 			// Its EOSE may have come before its events: ask again.
 			empties++
 		case n == 0:
+			r.emptyAnswered(since, cursor, cursor != until)
 			return len(bad), nil
 		case oldest < cursor:
 			cursor, empties = oldest, 0

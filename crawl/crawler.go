@@ -50,11 +50,15 @@ type Options struct {
 	StartConns, StartInFlight int
 	Shards                    int           // initial shards of a job
 	PageTimeout               time.Duration // idle time before a page is given up
-	DialTimeout               time.Duration // TCP + TLS + upgrade
-	MaxFrame                  int           // largest frame accepted
-	MaxAttempts               int           // consecutive failures of one page (or first dial) before giving up
-	BackoffMin, BackoffMax    time.Duration // retry backoff range
-	HTTPClient                *http.Client  // for NIP-11; default a client with a 10s timeout
+	// LateLinger is the most a page waits after its EOSE for events of a
+	// relay caught sending them after it: from 20 ms, doubled while they
+	// still come later (negative: pages never wait).
+	LateLinger             time.Duration
+	DialTimeout            time.Duration // TCP + TLS + upgrade
+	MaxFrame               int           // largest frame accepted
+	MaxAttempts            int           // consecutive failures of one page (or first dial) before giving up
+	BackoffMin, BackoffMax time.Duration // retry backoff range
+	HTTPClient             *http.Client  // for NIP-11; default a client with a 10s timeout
 
 	// ConnLimiter, if set, is the MaxConns budget shared with other
 	// crawlers (the daemon runs one per relay); else the crawler has its own.
@@ -122,6 +126,7 @@ func DefaultOptions() Options {
 		StartInFlight:      4,
 		Shards:             32,
 		PageTimeout:        15 * time.Second,
+		LateLinger:         2 * time.Second,
 		DialTimeout:        10 * time.Second,
 		MaxFrame:           8 << 20,
 		MaxAttempts:        8,
@@ -145,7 +150,7 @@ func (o *Options) setDefaults() {
 		}
 	}
 	for _, f := range []struct{ v, def *time.Duration }{
-		{&o.PageTimeout, &d.PageTimeout}, {&o.DialTimeout, &d.DialTimeout},
+		{&o.PageTimeout, &d.PageTimeout}, {&o.DialTimeout, &d.DialTimeout}, {&o.LateLinger, &d.LateLinger},
 		{&o.BackoffMin, &d.BackoffMin}, {&o.BackoffMax, &d.BackoffMax},
 	} {
 		if *f.v == 0 {

@@ -86,7 +86,12 @@ func (r *relayCrawl) overLimitCursor(ats []int64, limit int) int64 {
 // the highest such window top is searched for (a window ending at or
 // above the break is empty, one below it is not): paging goes on from
 // there, and only the break's own second may hold events no window shows.
-func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, bool) {
+// With search false it reports the first window holding an event (top,
+// true) and neither searches nor takes the relay for one whose scans end
+// early: a relay caught sending events after their page's EOSE answers
+// so whenever its page's events had not gone out yet, and the page is
+// better asked for again.
+func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64, search bool) (int64, bool) {
 	if top == shard.OpenTop {
 		top = r.c.opts.Now().Unix()
 	}
@@ -115,6 +120,9 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64) (int64, b
 		}
 		if !ok || at == nil {
 			continue
+		}
+		if !search {
+			return top, true
 		}
 		r.lie(lieEmptyEarly, fmt.Sprintf("answered an empty page for [%d, %d] and then served an event at %d to [%d, %d]: "+
 			"its scans end early (as the badger store's does at an index entry whose event is gone), so an empty page is not the end",
@@ -273,6 +281,38 @@ func (r *relayCrawl) catchAfterEOSE() {
 	r.repageAllPaged()
 }
 
+// lingerMin is how long a page of a relay caught sending events after
+// their page's EOSE first waits for them (relayconn.Conn.SetLinger),
+// doubled each time events still come late, up to Options.LateLinger.
+// The relay's other pages go on meanwhile; a page whose events come later
+// still is caught by lateInEmpties.
+const lingerMin = 20 * time.Millisecond
+
+// lingerFor is how long a page waits for late events: 0 for a relay not
+// caught sending them.
+func (r *relayCrawl) lingerFor() time.Duration {
+	if !r.caught(lieAfterEOSE) || r.c.opts.LateLinger < 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return min(max(r.linger, lingerMin), r.c.opts.LateLinger)
+}
+
+// lingerLonger doubles the linger of a relay whose events came late
+// although pages already waited for them.
+func (r *relayCrawl) lingerLonger() {
+	if !r.caught(lieAfterEOSE) || r.c.opts.LateLinger < 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if next := min(2*max(r.linger, lingerMin), r.c.opts.LateLinger); next > r.linger {
+		r.linger = next
+		r.log.Info("events still come after their page's EOSE: pages wait longer for them", zap.Duration("linger", next))
+	}
+}
+
 // repageAllPaged marks every range paged so far for repageUntrusted.
 func (r *relayCrawl) repageAllPaged() {
 	r.mu.Lock()
@@ -374,17 +414,74 @@ func (r *relayCrawl) windowStep(w *pageWindow, since, bottom, cursor int64, full
 
 // repageLate is repageUntrusted, then the late events the connections
 // still hold are stored (they count for the audit) and, if they caught
-// the relay sending events after EOSE, what that marked is paged too.
+// the relay sending events after EOSE, what that marked is paged too, as
+// is each range answered empty where they put events (lateInEmpties), up
+// to maxLateRounds times in the relay's crawl.
 func (r *relayCrawl) repageLate(ctx context.Context) error {
 	for {
 		if err := r.repageUntrusted(ctx); err != nil {
 			return err
 		}
 		r.storeLate(r.conns.takeLate())
-		if !r.repagePending() {
+		if r.repagePending() {
+			continue
+		}
+		if r.lateRounds == maxLateRounds || !r.lateInEmpties() {
 			return nil
 		}
+		r.lateRounds++
 	}
+}
+
+// maxLateRounds bounds how often a relay's crawl pages again the ranges
+// whose empty answers late events proved wrong: each round's pages may be
+// answered before their events again. What is left is recorded to page
+// again (RelayRecord.Repage; the relay's ranges are unproven).
+const maxLateRounds = 4
+
+// emptyAnswered records, for a relay caught sending events after their
+// page's EOSE, that the crawl moved past [since, top] on an empty answer:
+// the answer's events may come after the move. A top a page moved the
+// cursor to (moved) is left out: that page's oldest events are there.
+// Recorded before the move commits, which persists it.
+func (r *relayCrawl) emptyAnswered(since, top int64, moved bool) {
+	if moved {
+		top--
+	}
+	if since > top || !r.caught(lieAfterEOSE) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rec.Unconfirmed = addSpan(r.rec.Unconfirmed, Span{Since: since, Until: top})
+}
+
+// lateInEmpties moves each range paged as empty (emptyAnswered) where
+// the archive now holds events of the relay to the ranges to page again,
+// and reports whether it moved any. Events there came late, for a page
+// the crawl had taken for empty: what that page was asked for was not
+// paged. (A range the archive cannot be read for is paged again too.)
+// The others are kept: their events may come later still.
+func (r *relayCrawl) lateInEmpties() bool {
+	r.mu.Lock()
+	spans := r.rec.Unconfirmed
+	r.mu.Unlock()
+	var held []Span
+	for _, sp := range spans {
+		if n, err := r.held(sp.Since, sp.Until); err != nil || n > 0 {
+			held = append(held, sp)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sp := range held {
+		r.log.Info("events came late for a range answered as empty: paging it again",
+			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until))
+		r.rec.Repage = addSpan(r.rec.Repage, sp)
+	}
+	// Every worker has stopped: only this goroutine's repage adds to it.
+	r.rec.Unconfirmed = slices.DeleteFunc(r.rec.Unconfirmed, func(x Span) bool { return slices.Contains(held, x) })
+	return len(held) > 0
 }
 
 // repagePending reports whether ranges wait to be paged again.

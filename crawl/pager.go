@@ -116,6 +116,9 @@ type pageState struct {
 	// caught sending events after their page's EOSE: asked for again up
 	// to emptyRetries times before an empty page is believed.
 	empties int
+	// contradicted counts the empty pages in a row that emptyProbe
+	// found events under on such a relay, each then asked for again.
+	contradicted int
 }
 
 // pageCommit is a page's commit running while its worker fetches the
@@ -235,6 +238,7 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*relayconn.Page,
 		}
 		return nil, nil, err
 	}
+	pc.c.SetLinger(r.lingerFor())
 	r.metrics.inflight.Inc()
 	page, err := pc.c.Req(ctx, filter, r.limit, r.c.opts.PageTimeout)
 	r.metrics.inflight.Dec()
@@ -259,6 +263,7 @@ func (r *relayCrawl) storeLate(late []relayconn.Item) {
 	if len(late) == 0 {
 		return
 	}
+	r.lingerLonger()
 	r.catchAfterEOSE()
 	if _, err := r.commit(late, nil, nil); err != nil {
 		r.log.Warn("storing events that came after their page's EOSE", zap.Int("events", len(late)), zap.Error(err))
@@ -428,7 +433,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	cursor, trusted := s.Cursor, false
 	endTrusted := !r.caught(lieAfterEOSE) // read before judging: a catch after it adds a repage
 	if n > 0 {
-		ps.empties = 0
+		ps.empties, ps.contradicted = 0, 0
 	}
 	wall := false
 	switch {
@@ -446,6 +451,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		ps.empties++ // its EOSE may have come before its events: ask again
 	case ps.windowed:
 		cursor, wall = r.windowStep(&ps.win, s.Since, asked, s.Cursor, full)
+		if n+stolen == 0 {
+			r.emptyAnswered(cursor+1, s.Cursor, s.Cursor != s.Until)
+		}
 	case n == 0:
 		// A page with nothing in range is the end; a full one of stolen
 		// events only says so by trusting the order.
@@ -457,10 +465,26 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// a relay not caught yet, left a shard planned around 1,300
 		// events empty), or the relay was caught. A shard of a sparse
 		// relay that is empty from its top costs the probes too.
-		if s.Cursor != s.Until || expected >= 1 || r.caught(lieEmptyEarly) || r.caught(lieAfterEOSE) {
-			if u, lied := r.emptyProbe(ctx, s.Since, s.Cursor); lied {
+		//
+		// On a relay caught sending events after their page's EOSE, a
+		// window holding an event more likely shows a page answered
+		// before its events than a scan that ended early: the page is
+		// asked for again (up to emptyRetries times more, emptyRetries
+		// times over) before the windows are searched for the break. (A
+		// search after each such answer moved the cursor a second at a
+		// time, for minutes, on a relay answering every other REQ so.)
+		late := r.caught(lieAfterEOSE)
+		if s.Cursor != s.Until || expected >= 1 || r.caught(lieEmptyEarly) || late {
+			again := late && ps.contradicted < emptyRetries
+			if u, found := r.emptyProbe(ctx, s.Since, s.Cursor, !again); found && again {
+				cursor, trusted, ps.empties = s.Cursor, false, 0
+				ps.contradicted++
+			} else if found {
 				cursor = u
 			}
+		}
+		if stolen == 0 {
+			r.emptyAnswered(cursor+1, s.Cursor, s.Cursor != s.Until)
 		}
 	case oldest < s.Cursor:
 		// Next page repeats the oldest second (inclusive until): the

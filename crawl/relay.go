@@ -48,6 +48,13 @@ type RelayRecord struct {
 	// newest events, before it was caught not doing so: paged again in
 	// windows before the audit (kept until then, across runs).
 	Repage []Span `json:"repage,omitempty"`
+	// Unconfirmed is what a relay caught sending events after their
+	// page's EOSE answered as empty, each time it was asked (see
+	// emptyRetries): its events may yet come. Before the audit and after
+	// it, a range the archive then holds events of is paged again
+	// (lateInEmpties); kept until the crawl of the relay ends, across
+	// runs.
+	Unconfirmed []Span `json:"unconfirmed_empty,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
 	// (paged to the end, COUNT-checked) or why not.
@@ -94,6 +101,9 @@ type relayCrawl struct {
 	// any shard is planned); guarded by mu.
 	bounds  bounds
 	metrics *relayMetrics
+	// lateRounds counts repageLate's rounds; only result, once every
+	// worker stopped, uses it.
+	lateRounds int
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
 	rec     RelayRecord
@@ -127,6 +137,9 @@ type relayCrawl struct {
 	// unchecked holds the released shards' unchecked last full pages
 	// (keepUnchecked); guarded by mu.
 	unchecked map[string]uncheckedPage
+	// linger is how long a page of a relay caught sending events after
+	// their page's EOSE waits for them (lingerFor); 0 until raised.
+	linger time.Duration
 }
 
 func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
@@ -332,10 +345,11 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
 	r.storeLate(r.conns.takeLate())
-	if r.repagePending() {
+	if r.repagePending() || r.lateInEmpties() {
 		// Events that came after their EOSE, stored only now, caught the
-		// relay after the audit: what its pages ended is paged again, and
-		// the audit, which took paging for proof, is done again.
+		// relay after the audit, or came for a range the crawl took for
+		// empty: that is paged again, and the audit, which took paging
+		// for proof, is done again.
 		if err := r.repageLate(ctx); err != nil {
 			return failed(err)
 		}
@@ -348,6 +362,9 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 		return r.canceled()
 	}
 	r.mu.Lock()
+	// Empty answers no late event contradicted are what paging says of
+	// their ranges: no proof on such a relay (the coverage says so).
+	r.rec.Unconfirmed = nil
 	if coverage != nil {
 		r.rec.Coverage = mergeCoverage(r.rec.Coverage, coverage)
 	}

@@ -109,6 +109,7 @@ type Conn struct {
 	negs map[string]*negSub // NIP-77 reconciliations (see neg.go)
 
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
+	linger    atomic.Int64 // nanos a page waits for late events after its EOSE (SetLinger)
 	pingStop  chan struct{}
 	pingDone  chan struct{}
 
@@ -421,13 +422,32 @@ wait:
 			break wait
 		}
 	}
+	closed := false
+	if d := time.Duration(c.linger.Load()); d > 0 && s.page.End == EndEOSE && !s.isCount {
+		// CLOSEd at once, as always; what was on its way still comes
+		// (the read loop adds it to the page until forget).
+		_ = c.write(closeMsg(s.id))
+		closed = true
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 	c.forget(s)
-	if s.page.End != EndConnLost && !s.isCount {
+	if s.page.End != EndConnLost && !s.isCount && !closed {
 		_ = c.write(closeMsg(s.id))
 	}
 	s.page.Latency = time.Since(s.sent)
 	return &s.page, nil
 }
+
+// SetLinger makes every later page that ends at its EOSE wait d more for
+// events of its subscription, and hold those too: a relay that sends
+// events after their page's EOSE (TakeLate) then answers whole pages. 0
+// turns it off.
+func (c *Conn) SetLinger(d time.Duration) { c.linger.Store(int64(d)) }
 
 // Stream sends a REQ that stays open (a live tail) and hands what arrived
 // to fn every flush interval, saying whether the relay's EOSE (the end of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lxzan/gws"
@@ -108,5 +109,50 @@ func TestLateEventsBounded(t *testing.T) {
 	}
 	if late := c.TakeLate(); len(late) != maxLate {
 		t.Fatalf("held %d late events, want the first %d", len(late), maxLate)
+	}
+}
+
+// With SetLinger, a page ended by its EOSE holds the events its relay
+// sends for it within the linger (CLOSEd at its EOSE, the relay had them
+// on their way); what comes after the linger is late as ever. In virtual
+// time: the relay sends one event 300 ms after the EOSE and one 2 s after.
+func TestLingerHoldsLateEvents(t *testing.T) {
+	for _, tc := range []struct {
+		linger     time.Duration
+		held, late int
+	}{
+		{0, 0, 2},
+		{time.Second, 1, 1},
+		{3 * time.Second, 2, 0},
+	} {
+		t.Run(tc.linger.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+					_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+					if s.Sleep(300 * time.Millisecond) {
+						_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","`+sub+`",`+testEvent(0)+`]`))
+					}
+					if s.Sleep(1700 * time.Millisecond) {
+						_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","`+sub+`",`+testEvent(1)+`]`))
+					}
+				})}
+				c := pipeDial(t, p)
+				defer c.Close()
+				c.SetLinger(tc.linger)
+				start := time.Now()
+				page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+				if err != nil || page.End != EndEOSE {
+					t.Fatalf("%v, %+v", err, page)
+				}
+				if took := time.Since(start); took != tc.linger {
+					t.Errorf("the page took %v, want the linger, %v", took, tc.linger)
+				}
+				time.Sleep(3 * time.Second) // virtual: the relay has sent all
+				synctest.Wait()
+				if late := c.TakeLate(); len(page.Items) != tc.held || len(late) != tc.late {
+					t.Errorf("page held %d events and %d came late, want %d and %d", len(page.Items), len(late), tc.held, tc.late)
+				}
+			})
+		})
 	}
 }

@@ -257,7 +257,7 @@ func (c *conn) serve(j job) error {
 	defer func() { c.r.st.events.Add(int64(sent)) }()
 	closeAt := -1
 	n := c.r.closedSeq.Add(1)
-	eoseFirst := o.EOSEFirstEvery > 0 && n%int64(o.EOSEFirstEvery) == 0
+	eoseFirst := o.EOSEFirstEvery > 0 && n%int64(o.EOSEFirstEvery) < int64(max(o.EOSEFirstRun, 1))
 	if eoseFirst {
 		c.r.st.pages.Add(1)
 		if err := c.write(appendEOSE(buf, j.subJSON)); err != nil {

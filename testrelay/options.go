@@ -205,6 +205,11 @@ type Options struct {
 	// relays others (a bouncer: bostr sends EOSE, then more events). 0:
 	// never.
 	EOSEFirstEvery int
+	// EOSEFirstRun makes each EOSEFirstEvery-th REQ the first of that
+	// many in a row answered so, and the first EOSEFirstRun-1 REQs too
+	// (REQ n is when n mod EOSEFirstEvery < EOSEFirstRun): asked again,
+	// the relay answers a page before its events again. 0: 1.
+	EOSEFirstRun int
 	// RejectLimitZero closes a REQ with a filter whose limit is 0 with
 	// ["CLOSED",sub,"invalid: limit 0"], as a relay that takes 0 for a
 	// bad limit does (khatru once answered a NEG-OPEN so), instead of
@@ -323,8 +328,8 @@ func (o Options) Validate() error {
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:
 		return bad("OmitEvery %d < 0", o.OmitEvery)
-	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0 || o.EOSEFirstEvery < 0:
-		return bad("SplitStores, BrokenEvery, ClosedEvery, FailQueryEvery and EOSEFirstEvery must not be negative")
+	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0 || o.EOSEFirstEvery < 0 || o.EOSEFirstRun < 0:
+		return bad("SplitStores, BrokenEvery, ClosedEvery, FailQueryEvery, EOSEFirstEvery and EOSEFirstRun must not be negative")
 	}
 	return nil
 }
