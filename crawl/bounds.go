@@ -78,8 +78,8 @@ func itemsOf(page *relayconn.Page, err error) ([]*relayconn.Item, bool) {
 
 // probeBounds finds how a relay reads since and until from its newest
 // event (ask(nil, nil)): asked for that event's second alone, a relay
-// reading NIP-01's way serves it; one that does not is asked again one
-// second wider on either side, then both. ok is false when the relay
+// reading NIP-01's way serves it; one that does not (three times) is
+// asked again one second wider on either side, then both. ok is false when the relay
 // served nothing to learn from, or its newest event to no filter naming
 // its second: then it is taken at NIP-01's word.
 func probeBounds(ask func(since, until *int64) ([]*relayconn.Item, bool), log *zap.Logger) (b bounds, ok bool) {
@@ -97,9 +97,17 @@ func probeBounds(ask func(since, until *int64) ([]*relayconn.Item, bool), log *z
 		}
 		return false
 	}
+	// NIP-01's reading is asked for up to three times before another is
+	// tried: a relay that sent an answer's EOSE before its event (the
+	// event then comes late) would be taken for one that reads until
+	// exclusively, and every window asked for one second wider shows the
+	// order check the wrong event.
+	for range 3 {
+		if serves(second, second) {
+			return bounds{}, false
+		}
+	}
 	switch {
-	case serves(second, second):
-		return bounds{}, false
 	case serves(second, second+1):
 		b.untilExclusive = true
 	case serves(second-1, second):

@@ -118,9 +118,9 @@ type relayCrawl struct {
 	shardsDirty bool
 	// tallies keep what the COUNT audit needs of each shard's paging.
 	tallies map[string]*tally
-	// fullPages counts full pages paged by until (orderCheckDue).
-	fullPages int
-	known     knownAuthors
+	// pagesByUntil counts the pages paged by until (orderCheckDue).
+	pagesByUntil int
+	known        knownAuthors
 	// workerDone wakes the scheduler when a worker stops.
 	workerDone chan struct{}
 
