@@ -589,6 +589,28 @@ func TestOrderCheckAnsweredEarly(t *testing.T) {
 	}
 }
 
+// A relay of four stores, each applying the limit, whose pages are cut
+// at the limit counting duplicate frames, shows each page one store's
+// newest events, and pads every answer with events outside the filter,
+// within the limit: limit-1 order checks got only those, every check
+// passed, and the crawl said drained with 2,218 of 3,000 lost. Probes ask
+// for probeLimit events.
+func TestPaddedProbes(t *testing.T) {
+	checkLeaks(t)
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sweepModes(f, 1, 1) {
+		t.Run(c.name, func(t *testing.T) {
+			res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, SplitStores: 4, DuplicateEvery: 4, DuplicateInLimit: true, ExtraOutOfRange: 2}, c.opts, f)
+			if _, caught := rec.Lies["unordered"]; !caught || res.Finish != crawl.FinishUnproven {
+				t.Errorf("the crawl says %v, lies %v: want unproven, the order caught", res, rec.Lies)
+			}
+		})
+	}
+}
+
 // sweepMode is a crawl a sweep runs over, and how many REQs it moves
 // the point the relay starts lying at each time.
 type sweepMode struct {

@@ -158,11 +158,11 @@ var (
 	emptyProbeNear         = []int64{3600, 86400}
 )
 
-// probeWindow asks for the newest event of [since, until] (limit 1): its
-// created_at, nil if the relay sent none in the window, ok false if the
-// probe failed (which shows nothing either way).
+// probeWindow asks for the newest events of [since, until]: the
+// created_at of one, nil if the relay sent none in the window, ok false
+// if the probe failed (which shows nothing either way).
 func (r *relayCrawl) probeWindow(ctx context.Context, since, until int64) (*int64, bool) {
-	page, _, err := r.fetch(ctx, r.jobFilter(&since, &until, 1).bytes())
+	page, _, err := r.fetch(ctx, r.jobFilter(&since, &until, probeLimit).bytes())
 	if err != nil || page.End != relayconn.EndEOSE {
 		return nil, false
 	}
@@ -173,6 +173,13 @@ func (r *relayCrawl) probeWindow(ctx context.Context, since, until int64) (*int6
 	}
 	return nil, true
 }
+
+// probeLimit is how many events a probe asks for, where one would show
+// what it looks for: a relay that sends events outside a filter within
+// its limit answered limit-1 probes with those alone, each order check
+// passed, and a relay that showed each page one store of four lost 2,218
+// of 3,000, drained.
+const probeLimit = 8
 
 // Order checks: a relay whose pages are not a range's newest events (it
 // sorts them ascending, or by id, and stops at the limit) shows it by
