@@ -498,7 +498,8 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		cursor, trusted = oldest, true
 		top := r.orderCheckTop(s.Cursor, page)
 		span := top - oldest
-		due := r.orderCheckDue() || ps.span == 0 || span > orderCheckSpan*ps.span
+		due, first := r.orderCheckDue()
+		due = due || ps.span == 0 || span > orderCheckSpan*ps.span
 		ps.span = span
 		if full {
 			// The last full page not checked is checked when the shard
@@ -515,7 +516,9 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 				}
 				ps.unchecked = &uncheckedPage{oldest: oldest, top: top, held: held}
 			}
-		} else if lo, hi, ok := emptySeconds(ats, oldest, top); ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
+		} else if first && r.recheckPage(ctx, page, oldest, top) {
+			cursor, trusted = s.Cursor, false
+		} else if lo, hi, ok := emptySeconds(ats, oldest, top); !first && ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
 			cursor, trusted = s.Cursor, false
 		}
 	default:
