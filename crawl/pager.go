@@ -516,9 +516,11 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 				}
 				ps.unchecked = &uncheckedPage{oldest: oldest, top: top, held: held}
 			}
-		} else if first && r.recheckPage(ctx, page, oldest, top) {
+		} else if whole := first && r.substantial(n); whole && r.recheckPage(ctx, page, oldest, top) {
+			// (A page under half a page, as a catch-up's, gets the probe:
+			// asked for again whole, it would double a short run's REQs.)
 			cursor, trusted = s.Cursor, false
-		} else if lo, hi, ok := emptySeconds(ats, oldest, top); !first && ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
+		} else if lo, hi, ok := emptySeconds(ats, oldest, top); !whole && ok && r.checkOrder(ctx, emptyRun{lo: lo, hi: hi, oldest: oldest}) {
 			cursor, trusted = s.Cursor, false
 		}
 	default:
