@@ -249,9 +249,11 @@ func loadNotes[T any](store *rawstore.Store, kind byte) (map[string]T, error) {
 }
 
 // summarize logs the scheduler's failures once per summaryEvery: one
-// line with the counts by reason, not a warning per dial.
+// line with the counts by reason, not a warning per dial; and once more
+// when ctx ends (every relay run has stopped), so that the failures since
+// the last line are not lost at shutdown.
 func (d *Daemon) summarize(ctx context.Context) {
-	every(ctx, summaryEvery, func() {
+	flush := func() {
 		f := d.sched.TakeFailures()
 		if len(f) == 0 {
 			return
@@ -266,7 +268,9 @@ func (d *Daemon) summarize(ctx context.Context) {
 		c := d.sched.Counts()
 		d.log.Warn("relays failed; backing off", zap.Int("failures", total), zap.Duration("in", summaryEvery),
 			zap.Strings("by_reason", reasons), zap.Int("backoff", c[sched.StateBackoff]), zap.Int("active", c[sched.StateActive]))
-	})
+	}
+	every(ctx, summaryEvery, flush)
+	flush()
 }
 
 // registerSchedMetrics exports the relays by scheduling state: one series
