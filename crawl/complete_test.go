@@ -493,7 +493,7 @@ func TestEOSEFirstAnywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := crawl.Options{Now: clockAt(f.Until), Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
+	opts := oneWorker(f, 2)
 	check := func(t *testing.T, opts crawl.Options, k int) {
 		res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, EOSEFirstEvery: k}, opts, f)
 		if _, lied := rec.Lies["after-eose"]; lied && (res.Finish == crawl.FinishDrained || len(rec.Repage) != 0) {
@@ -580,11 +580,8 @@ func TestOrderCheckAnsweredEarly(t *testing.T) {
 	for name, relay := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			opts := crawl.Options{Now: clockAt(f.Until), Shards: 1, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
-			res, rec := crawlExact(t, relay, opts, f)
-			if _, caught := rec.Lies["unordered"]; !caught || res.Finish != crawl.FinishUnproven {
-				t.Errorf("the crawl says %v, lies %v: want unproven, the order caught", res, rec.Lies)
-			}
+			res, rec := crawlExact(t, relay, oneWorker(f, 1), f)
+			wantOrderCaught(t, res, rec)
 		})
 	}
 }
@@ -604,9 +601,7 @@ func TestPaddedProbes(t *testing.T) {
 	for _, c := range sweepModes(f, 1, 1) {
 		t.Run(c.name, func(t *testing.T) {
 			res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, SplitStores: 4, DuplicateEvery: 4, DuplicateInLimit: true, ExtraOutOfRange: 2}, c.opts, f)
-			if _, caught := rec.Lies["unordered"]; !caught || res.Finish != crawl.FinishUnproven {
-				t.Errorf("the crawl says %v, lies %v: want unproven, the order caught", res, rec.Lies)
-			}
+			wantOrderCaught(t, res, rec)
 		})
 	}
 }
@@ -637,13 +632,30 @@ func TestLiesCombined(t *testing.T) {
 			t.Parallel()
 			r := startRelay(t, relay, f.Items)
 			a := openArchive(t)
-			opts := crawl.Options{Now: clockAt(f.Until), Shards: 1, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1, Logger: zap.NewNop()}
+			opts := oneWorker(f, 1)
+			opts.Logger = zap.NewNop()
 			res := a.crawl(t, opts, r.URL())[0]
 			a.verify(t)
 			if got := len(a.exported(t)); res.Finish != crawl.FinishUnproven || got < len(f.Valid)*9/10 {
 				t.Errorf("the crawl says %v, with %d of %d archived: want unproven, and most", res, got, len(f.Valid))
 			}
 		})
+	}
+}
+
+// oneWorker is a crawl of f by one worker, one REQ at a time, over
+// shards shards: a relay's lie at its n-th REQ lands on the same page
+// each run.
+func oneWorker(f *testrelay.Fixture, shards int) crawl.Options {
+	return crawl.Options{Now: clockAt(f.Until), Shards: shards, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}
+}
+
+// wantOrderCaught fails t unless the crawl caught the relay's pages not
+// being a range's newest events and said unproven.
+func wantOrderCaught(t *testing.T, res crawl.Result, rec crawl.RelayRecord) {
+	t.Helper()
+	if _, caught := rec.Lies["unordered"]; !caught || res.Finish != crawl.FinishUnproven {
+		t.Errorf("the crawl says %v, lies %v: want unproven, the order caught", res, rec.Lies)
 	}
 }
 
@@ -661,7 +673,7 @@ type sweepMode struct {
 func sweepModes(f *testrelay.Fixture, oneStep, adaptiveStep int64) []sweepMode {
 	now := clockAt(f.Until)
 	return []sweepMode{
-		{"one worker", crawl.Options{Now: now, Shards: 2, StartInFlight: 1, MaxConnsPerRelay: 1, MaxInFlightPerConn: 1}, oneStep},
+		{"one worker", oneWorker(f, 2), oneStep},
 		{"adaptive", crawl.Options{Now: now, Shards: 4}, adaptiveStep},
 	}
 }

@@ -220,30 +220,17 @@ func (r *relayCrawl) orderCheckDue() (due, first bool) {
 // show it.
 func (r *relayCrawl) recheckPage(ctx context.Context, page *relayconn.Page, oldest, top int64) bool {
 	since, until := oldest+1, top
-	if since > until {
+	again, ok := r.askAgain(ctx, since, until)
+	if !ok {
 		return false
 	}
-	held := make(map[[32]byte]struct{}, len(page.Items))
 	for _, it := range page.Items {
-		if it.CreatedAt >= since && it.CreatedAt <= until {
-			held[it.ID] = struct{}{}
-		}
+		delete(again, it.ID)
 	}
-	again, _, err := r.fetch(ctx, r.jobFilter(&since, &until, r.limit).bytes())
-	if err != nil || again.End != relayconn.EndEOSE {
-		return false
-	}
-	defer again.Release()
-	if _, err := r.commit(again.Items, nil, nil); err != nil {
-		r.fail(FinishGaveUp, "store: "+err.Error())
-		return false
-	}
-	for _, it := range again.Items {
-		if _, ok := held[it.ID]; !ok && it.CreatedAt >= since && it.CreatedAt <= until {
-			r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d] that a page asked for the range's newest events left out: "+
-				"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", it.CreatedAt, since, until))
-			return true
-		}
+	for _, at := range again {
+		r.catchUnordered(fmt.Sprintf("served an event at %d to [%d, %d] that a page asked for the range's newest events left out: "+
+			"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", at, since, until))
+		return true
 	}
 	return false
 }

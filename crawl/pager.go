@@ -194,29 +194,38 @@ func (r *relayCrawl) takeUnchecked(id string) *uncheckedPage {
 // is stored.
 func (r *relayCrawl) checkLastPage(ctx context.Context, p *uncheckedPage) bool {
 	since, until := p.oldest+1, p.top
-	if since > until {
-		return false
-	}
-	page, _, err := r.fetch(ctx, r.jobFilter(&since, &until, r.limit).bytes())
-	if err != nil || page.End != relayconn.EndEOSE {
-		return false
-	}
-	if _, err := r.commit(page.Items, nil, nil); err != nil {
-		r.fail(FinishGaveUp, "store: "+err.Error())
-		return false
-	}
-	ids := make(map[[32]byte]struct{}, len(page.Items))
-	for _, it := range page.Items {
-		if it.CreatedAt >= since && it.CreatedAt <= until {
-			ids[it.ID] = struct{}{}
-		}
-	}
-	if len(ids) <= p.held {
+	ids, ok := r.askAgain(ctx, since, until)
+	if !ok || len(ids) <= p.held {
 		return false
 	}
 	r.catchUnordered(fmt.Sprintf("served %d events to [%d, %d], where a full page asked for the range's newest events held %d: "+
 		"its pages are not a range's newest events (it sorts them otherwise, or leaves some out)", len(ids), since, until, p.held))
 	return true
+}
+
+// askAgain asks for a page of [since, until] once more, stores what comes,
+// and returns the distinct ids of it in the range with their created_at;
+// ok is false if the range is empty or the page failed (it shows nothing).
+func (r *relayCrawl) askAgain(ctx context.Context, since, until int64) (ids map[[32]byte]int64, ok bool) {
+	if since > until {
+		return nil, false
+	}
+	page, _, err := r.fetch(ctx, r.jobFilter(&since, &until, r.limit).bytes())
+	if err != nil || page.End != relayconn.EndEOSE {
+		return nil, false
+	}
+	defer page.Release()
+	if _, err := r.commit(page.Items, nil, nil); err != nil {
+		r.fail(FinishGaveUp, "store: "+err.Error())
+		return nil, false
+	}
+	ids = make(map[[32]byte]int64, len(page.Items))
+	for _, it := range page.Items {
+		if it.CreatedAt >= since && it.CreatedAt <= until {
+			ids[it.ID] = it.CreatedAt
+		}
+	}
+	return ids, true
 }
 
 // release hands an unfinished shard back to the queue.
