@@ -128,6 +128,10 @@ type notes struct {
 
 	mu    sync.Mutex
 	dirty map[byte]map[string][]byte
+	// writing counts the notes flush took and has not yet written: they
+	// are unsaved until their batch is synced (a kill -9 between the two
+	// lost the frontier /status called saved).
+	writing int
 }
 
 func (n *notes) put(kind byte, u string, v []byte) {
@@ -151,7 +155,7 @@ func (n *notes) kind(kind byte) map[string][]byte {
 func (n *notes) unsaved() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	total := 0
+	total := n.writing
 	for _, m := range n.dirty {
 		total += len(m)
 	}
@@ -162,16 +166,21 @@ func (n *notes) flush() {
 	n.mu.Lock()
 	dirty := n.dirty
 	n.dirty = nil
+	for _, m := range dirty {
+		n.writing += len(m)
+	}
 	n.mu.Unlock()
 	for kind, m := range dirty {
-		if err := n.store.PutNotes(kind, m); err != nil {
+		err := n.store.PutNotes(kind, m)
+		n.mu.Lock()
+		n.writing -= len(m)
+		if err != nil {
 			n.log.Error("saving relay notes", zap.Int("notes", len(m)), zap.Error(err))
-			n.mu.Lock()
 			for u, v := range m { // kept for the next round, unless newer
 				n.putLockedIfAbsent(kind, u, v)
 			}
-			n.mu.Unlock()
 		}
+		n.mu.Unlock()
 	}
 }
 
