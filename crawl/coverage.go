@@ -589,15 +589,15 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 					return len(bad), err
 				}
 			}
-			if n == 0 {
-				r.emptyAnswered(next+1, cursor, cursor != until)
+			if next < bottom {
+				r.answered(next+1, cursor, cursor != until, ats)
 			}
 			cursor = next
 		case n == 0 && r.caught(lieAfterEOSE) && empties < emptyRetries:
 			// Its EOSE may have come before its events: ask again.
 			empties++
 		case n == 0:
-			r.emptyAnswered(since, cursor, cursor != until)
+			r.answered(since, cursor, cursor != until, nil)
 			return len(bad), nil
 		case oldest < cursor:
 			// Checked for its order as the pager's pages are: what is

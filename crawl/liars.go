@@ -327,7 +327,7 @@ func (r *relayCrawl) catchAfterEOSE() {
 // their page's EOSE first waits for them (relayconn.Conn.SetLinger),
 // doubled each time events still come late, up to Options.LateLinger.
 // The relay's other pages go on meanwhile; a page whose events come later
-// still is caught by lateInEmpties.
+// still is caught by lateInAnswers.
 const lingerMin = 20 * time.Millisecond
 
 // lingerFor is how long a page waits for late events: 0 for a relay not
@@ -374,6 +374,9 @@ func (r *relayCrawl) repageAllPaged() {
 type Span struct {
 	Since int64 `json:"since"`
 	Until int64 `json:"until"`
+	// Seen counts the events the answers for the span showed in it
+	// (RelayRecord.Unconfirmed only).
+	Seen int64 `json:"seen,omitempty"`
 }
 
 // addSpan adds sp to spans (sorted, disjoint, not touching) and keeps them
@@ -385,7 +388,7 @@ func addSpan(spans []Span, sp Span) []Span {
 		case x.Until < sp.Since-1 || sp.Until < x.Since-1:
 			out = append(out, x)
 		default:
-			sp = Span{Since: min(sp.Since, x.Since), Until: max(sp.Until, x.Until)}
+			sp = Span{Since: min(sp.Since, x.Since), Until: max(sp.Until, x.Until), Seen: sp.Seen + x.Seen}
 		}
 	}
 	out = append(out, sp)
@@ -466,9 +469,11 @@ func (r *relayCrawl) windowStep(w *pageWindow, since, bottom, cursor int64, n in
 // repageLate is repageUntrusted, then the late events the connections
 // still hold are stored (they count for the audit) and, if they caught
 // the relay sending events after EOSE, what that marked is paged too, as
-// is each range answered empty where they put events (lateInEmpties), up
-// to maxLateRounds times in the relay's crawl.
+// is each range whose answers late events there proved partial
+// (lateInAnswers), as long as the rounds store new events and up to
+// maxLateRounds rounds that do not.
 func (r *relayCrawl) repageLate(ctx context.Context) error {
+	fresh := r.fresh.Load()
 	for {
 		if err := r.repageUntrusted(ctx); err != nil {
 			return err
@@ -477,58 +482,75 @@ func (r *relayCrawl) repageLate(ctx context.Context) error {
 		if r.repagePending() {
 			continue
 		}
-		if r.lateRounds == maxLateRounds || !r.lateInEmpties() {
+		if now := r.fresh.Load(); now > fresh {
+			fresh = now
+		} else {
+			r.lateRounds++
+		}
+		if r.lateRounds > maxLateRounds || !r.lateInAnswers() {
 			return nil
 		}
-		r.lateRounds++
 	}
 }
 
-// maxLateRounds bounds how often a relay's crawl pages again the ranges
-// whose empty answers late events proved wrong: each round's pages may be
-// answered before their events again. What is left is recorded to page
-// again (RelayRecord.Repage; the relay's ranges are unproven).
+// maxLateRounds bounds how often a relay's crawl pages again, storing
+// nothing new, the ranges whose answers late events proved partial: each
+// round's pages may be answered before their events again. (Rounds that
+// store new events go on: a relay answering runs of 7 REQs so left 54 of
+// 3,000 after 4 rounds, each of which had found more.) What is left is
+// recorded to page again (RelayRecord.Repage; the relay's ranges are
+// unproven).
 const maxLateRounds = 4
 
-// emptyAnswered records, for a relay caught sending events after their
-// page's EOSE, that the crawl moved past [since, top] on an empty answer:
-// the answer's events may come after the move. A top a page moved the
-// cursor to (moved) is left out: that page's oldest events are there.
-// Recorded before the move commits, which persists it.
-func (r *relayCrawl) emptyAnswered(since, top int64, moved bool) {
+// answered records, for a relay caught sending events after their page's
+// EOSE, that the crawl moved past [since, top] on an answer that showed
+// the events of ats there (one created_at per distinct event; none for an
+// empty answer): the rest of the answer may come after the move (a
+// window whose page came partly within the linger and partly after it
+// looked short, and was moved past with 10 of 3,000 lost). A top a page
+// moved the cursor to (moved) is left out: that page's oldest events are
+// there. Recorded before the move commits, which persists it.
+func (r *relayCrawl) answered(since, top int64, moved bool, ats []int64) {
 	if moved {
 		top--
 	}
 	if since > top || !r.caught(lieAfterEOSE) {
 		return
 	}
+	var seen int64
+	for _, at := range ats {
+		if at >= since && at <= top {
+			seen++
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rec.Unconfirmed = addSpan(r.rec.Unconfirmed, Span{Since: since, Until: top})
+	r.rec.Unconfirmed = addSpan(r.rec.Unconfirmed, Span{Since: since, Until: top, Seen: seen})
 }
 
-// lateInEmpties moves each range paged as empty (emptyAnswered) where
-// the archive now holds events of the relay to the ranges to page again,
-// and reports whether it moved any. Events there came late, for a page
-// the crawl had taken for empty: what that page was asked for was not
-// paged. (A range the archive cannot be read for is paged again too.)
-// The others are kept: their events may come later still.
-func (r *relayCrawl) lateInEmpties() bool {
+// lateInAnswers moves each range moved past on an answer (answered) where
+// the archive now holds more events of the relay than the answers showed
+// to the ranges to page again, and reports whether it moved any. Events
+// there came late, for a page the crawl had taken for whole: what that
+// page was asked for was not paged. (A range the archive cannot be read
+// for is paged again too.) The others are kept: their events may come
+// later still.
+func (r *relayCrawl) lateInAnswers() bool {
 	r.mu.Lock()
 	spans := r.rec.Unconfirmed
 	r.mu.Unlock()
 	var held []Span
 	for _, sp := range spans {
-		if n, err := r.held(sp.Since, sp.Until); err != nil || n > 0 {
+		if n, err := r.held(sp.Since, sp.Until); err != nil || n > sp.Seen {
 			held = append(held, sp)
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sp := range held {
-		r.log.Info("events came late for a range answered as empty: paging it again",
-			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until))
-		r.rec.Repage = addSpan(r.rec.Repage, sp)
+		r.log.Info("events came late for a range paged as whole: paging it again",
+			zap.Int64("since", sp.Since), zap.Int64("until", sp.Until), zap.Int64("seen", sp.Seen))
+		r.rec.Repage = addSpan(r.rec.Repage, Span{Since: sp.Since, Until: sp.Until})
 	}
 	// Every worker has stopped: only this goroutine's repage adds to it.
 	r.rec.Unconfirmed = slices.DeleteFunc(r.rec.Unconfirmed, func(x Span) bool { return slices.Contains(held, x) })

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nostr-archiver/archiver/adaptive"
@@ -48,12 +49,13 @@ type RelayRecord struct {
 	// newest events, before it was caught not doing so: paged again in
 	// windows before the audit (kept until then, across runs).
 	Repage []Span `json:"repage,omitempty"`
-	// Unconfirmed is what a relay caught sending events after their
-	// page's EOSE answered as empty, each time it was asked (see
-	// emptyRetries): its events may yet come. Before the audit and after
-	// it, a range the archive then holds events of is paged again
-	// (lateInEmpties); kept until the crawl of the relay ends, across
-	// runs.
+	// Unconfirmed is what the crawl moved past on the answers of a relay
+	// caught sending events after their page's EOSE (empty ones each time
+	// it was asked, see emptyRetries), with the events they showed: the
+	// rest may yet come. Before the audit and after it, a range the
+	// archive then holds more events of is paged again (lateInAnswers);
+	// kept until the crawl of the relay ends, across runs. (The JSON name
+	// is from when only empty answers were kept.)
 	Unconfirmed []Span `json:"unconfirmed_empty,omitempty"`
 
 	// Coverage says, per range of the last run, how it was proven held
@@ -101,9 +103,11 @@ type relayCrawl struct {
 	// any shard is planned); guarded by mu.
 	bounds  bounds
 	metrics *relayMetrics
-	// lateRounds counts repageLate's rounds; only result, once every
-	// worker stopped, uses it.
+	// lateRounds counts repageLate's rounds that stored no new event;
+	// only result, once every worker stopped, uses it.
 	lateRounds int
+	// fresh counts the events commits stored for the first time.
+	fresh atomic.Int64
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
 	rec     RelayRecord
@@ -345,7 +349,7 @@ func (r *relayCrawl) result(ctx context.Context) Result {
 	r.retryWalls(ctx)
 	coverage := r.audit(ctx)
 	r.storeLate(r.conns.takeLate())
-	if r.repagePending() || r.lateInEmpties() {
+	if r.repagePending() || r.lateInAnswers() {
 		// Events that came after their EOSE, stored only now, caught the
 		// relay after the audit, or came for a range the crawl took for
 		// empty: that is paged again, and the audit, which took paging
@@ -495,9 +499,11 @@ func (r *relayCrawl) commit(items []relayconn.Item, malformed []rawstore.Malform
 		rec, err := json.Marshal(&r.rec)
 		return states, rec, err
 	}
-	if _, err := r.c.opts.Store.Ingest(b); err != nil {
+	res, err := r.c.opts.Store.Ingest(b)
+	if err != nil {
 		return s, err
 	}
+	r.fresh.Add(int64(res.New))
 	r.c.opts.OnCommit()
 	return s, nil
 }

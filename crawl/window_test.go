@@ -12,13 +12,14 @@ func TestAddSpan(t *testing.T) {
 		add   Span
 		want  []Span
 	}{
-		{"into none", nil, Span{5, 9}, []Span{{5, 9}}},
-		{"apart, below", []Span{{10, 20}}, Span{1, 8}, []Span{{1, 8}, {10, 20}}},
-		{"touching joins", []Span{{10, 20}}, Span{21, 30}, []Span{{10, 30}}},
-		{"touching below joins", []Span{{10, 20}}, Span{1, 9}, []Span{{1, 20}}},
-		{"inside", []Span{{10, 20}}, Span{12, 15}, []Span{{10, 20}}},
-		{"bridges two", []Span{{1, 5}, {10, 20}, {40, 50}}, Span{6, 30}, []Span{{1, 30}, {40, 50}}},
-		{"open top swallows", []Span{{1, 5}, {10, 20}}, Span{3, 1<<63 - 1}, []Span{{1, 1<<63 - 1}}},
+		{"into none", nil, Span{5, 9, 0}, []Span{{5, 9, 0}}},
+		{"apart, below", []Span{{10, 20, 0}}, Span{1, 8, 0}, []Span{{1, 8, 0}, {10, 20, 0}}},
+		{"touching joins", []Span{{10, 20, 0}}, Span{21, 30, 0}, []Span{{10, 30, 0}}},
+		{"touching below joins", []Span{{10, 20, 0}}, Span{1, 9, 0}, []Span{{1, 20, 0}}},
+		{"inside", []Span{{10, 20, 0}}, Span{12, 15, 0}, []Span{{10, 20, 0}}},
+		{"bridges two", []Span{{1, 5, 0}, {10, 20, 0}, {40, 50, 0}}, Span{6, 30, 0}, []Span{{1, 30, 0}, {40, 50, 0}}},
+		{"open top swallows", []Span{{1, 5, 0}, {10, 20, 0}}, Span{3, 1<<63 - 1, 0}, []Span{{1, 1<<63 - 1, 0}}},
+		{"seen adds up", []Span{{1, 5, 3}, {10, 20, 4}}, Span{6, 9, 2}, []Span{{1, 20, 9}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := addSpan(slices.Clone(tc.spans), tc.add); !slices.Equal(got, tc.want) {

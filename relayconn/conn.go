@@ -423,9 +423,13 @@ wait:
 		}
 	}
 	closed := false
-	if d := time.Duration(c.linger.Load()); d > 0 && s.page.End == EndEOSE && !s.isCount {
+	c.mu.Lock()
+	short := s.limit <= 0 || len(s.page.Items) < s.limit // events of its sub still come in
+	c.mu.Unlock()
+	if d := time.Duration(c.linger.Load()); d > 0 && s.page.End == EndEOSE && !s.isCount && short {
 		// CLOSEd at once, as always; what was on its way still comes
-		// (the read loop adds it to the page until forget).
+		// (the read loop adds it to the page until forget). A page that
+		// holds its limit already waits for nothing more.
 		_ = c.write(closeMsg(s.id))
 		closed = true
 		t := time.NewTimer(d)

@@ -2,6 +2,7 @@ package relayconn
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -116,18 +117,25 @@ func TestLateEventsBounded(t *testing.T) {
 // sends for it within the linger (CLOSEd at its EOSE, the relay had them
 // on their way); what comes after the linger is late as ever. In virtual
 // time: the relay sends one event 300 ms after the EOSE and one 2 s after.
+// A page that holds its limit before its EOSE waits for nothing.
 func TestLingerHoldsLateEvents(t *testing.T) {
 	for _, tc := range []struct {
 		linger     time.Duration
+		limit      int // with an event before the EOSE if 1: that page waits for nothing
 		held, late int
+		took       time.Duration
 	}{
-		{0, 0, 2},
-		{time.Second, 1, 1},
-		{3 * time.Second, 2, 0},
+		{0, 10, 0, 2, 0},
+		{time.Second, 10, 1, 1, time.Second},
+		{3 * time.Second, 10, 2, 0, 3 * time.Second},
+		{3 * time.Second, 1, 1, 2, 0},
 	} {
-		t.Run(tc.linger.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v limit %d", tc.linger, tc.limit), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+					if tc.limit == 1 {
+						_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","`+sub+`",`+testEvent(2)+`]`))
+					}
 					_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
 					if s.Sleep(300 * time.Millisecond) {
 						_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","`+sub+`",`+testEvent(0)+`]`))
@@ -140,12 +148,12 @@ func TestLingerHoldsLateEvents(t *testing.T) {
 				defer c.Close()
 				c.SetLinger(tc.linger)
 				start := time.Now()
-				page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+				page, err := c.Req(context.Background(), []byte(fmt.Sprintf(`{"limit":%d}`, tc.limit)), tc.limit, 5*time.Second)
 				if err != nil || page.End != EndEOSE {
 					t.Fatalf("%v, %+v", err, page)
 				}
-				if took := time.Since(start); took != tc.linger {
-					t.Errorf("the page took %v, want the linger, %v", took, tc.linger)
+				if took := time.Since(start); took != tc.took {
+					t.Errorf("the page took %v, want %v", took, tc.took)
 				}
 				time.Sleep(3 * time.Second) // virtual: the relay has sent all
 				synctest.Wait()

@@ -268,6 +268,9 @@ func (c *conn) serve(j job) error {
 		if err := c.waitClosed(j.sub, time.Second); err != nil {
 			return err
 		}
+		if o.EOSEFirstDropped && j.sub.cancelled.Load() {
+			return nil
+		}
 	}
 	if o.ClosedEvery > 0 && n%int64(o.ClosedEvery) == 0 {
 		closeAt = len(pos) / 2
@@ -280,6 +283,15 @@ func (c *conn) serve(j job) error {
 	for i, p := range pos {
 		if i == closeAt {
 			return c.closeMidPage(buf, j)
+		}
+		if eoseFirst && o.EOSEFirstSplit > 0 && i == len(pos)/4 {
+			if err := c.write(buf); err != nil {
+				return err
+			}
+			buf = c.buf[:0]
+			if err := c.sleepUntil(time.Now().Add(o.EOSEFirstSplit)); err != nil {
+				return err
+			}
 		}
 		buf = appendEventFrame(buf, j.subJSON, &snap.items[p])
 		sent++

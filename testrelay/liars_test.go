@@ -2,6 +2,7 @@ package testrelay
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -106,6 +107,30 @@ func TestLyingPages(t *testing.T) {
 			t.Fatalf("second page: %d events, %s", len(p.Events), p.End.Raw)
 		}
 	})
+	for _, dropped := range []bool{false, true} {
+		// Each REQ's EOSE comes first; closed there, its events follow,
+		// or never do (dropped): the next REQ's EOSE comes first then.
+		t.Run(fmt.Sprintf("EOSE first, dropped %v", dropped), func(t *testing.T) {
+			r := newRelay(t, Options{EOSEFirstEvery: 1, EOSEFirstDropped: dropped}, items...)
+			c := dial(t, r.URL())
+			c.Send("REQ", "e", map[string]any{"limit": 10})
+			if m := c.NextMsg(); m.Label != "EOSE" || m.Str(0) != "e" {
+				t.Fatalf("first frame %s, want EOSE", m.Raw)
+			}
+			c.Send("CLOSE", "e")
+			c.Send("REQ", "x", map[string]any{"limit": 10})
+			late := 0
+			for m := c.NextMsg(); m.Label != "EOSE"; m = c.NextMsg() {
+				if m.Label != "EVENT" || m.Str(0) != "e" {
+					t.Fatalf("got %s, want e's events or x's EOSE", m.Raw)
+				}
+				late++
+			}
+			if want := map[bool]int{false: 10, true: 0}[dropped]; late != want {
+				t.Errorf("%d events came after e's EOSE, want %d", late, want)
+			}
+		})
+	}
 	t.Run("failed query", func(t *testing.T) {
 		r := newRelay(t, Options{FailQueryEvery: 1}, items...)
 		c := dial(t, r.URL())

@@ -210,6 +210,14 @@ type Options struct {
 	// (REQ n is when n mod EOSEFirstEvery < EOSEFirstRun): asked again,
 	// the relay answers a page before its events again. 0: 1.
 	EOSEFirstRun int
+	// EOSEFirstDropped never sends the events of a page answered EOSE
+	// first once the client has closed it: a bouncer that stops its
+	// upstream query at the CLOSE. The page is silently empty.
+	EOSEFirstDropped bool
+	// EOSEFirstSplit sends all but the first quarter of such a page's
+	// events this much after the first quarter: a bouncer whose upstreams
+	// answer at different speeds. 0: all at once.
+	EOSEFirstSplit time.Duration
 	// RejectLimitZero closes a REQ with a filter whose limit is 0 with
 	// ["CLOSED",sub,"invalid: limit 0"], as a relay that takes 0 for a
 	// bad limit does (khatru once answered a NEG-OPEN so), instead of
@@ -328,8 +336,8 @@ func (o Options) Validate() error {
 		return bad("DuplicateEvery %d < 0", o.DuplicateEvery)
 	case o.OmitEvery < 0:
 		return bad("OmitEvery %d < 0", o.OmitEvery)
-	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0 || o.EOSEFirstEvery < 0 || o.EOSEFirstRun < 0:
-		return bad("SplitStores, BrokenEvery, ClosedEvery, FailQueryEvery, EOSEFirstEvery and EOSEFirstRun must not be negative")
+	case o.SplitStores < 0 || o.BrokenEvery < 0 || o.ClosedEvery < 0 || o.FailQueryEvery < 0 || o.EOSEFirstEvery < 0 || o.EOSEFirstRun < 0 || o.EOSEFirstSplit < 0:
+		return bad("SplitStores, BrokenEvery, ClosedEvery, FailQueryEvery, EOSEFirstEvery, EOSEFirstRun and EOSEFirstSplit must not be negative")
 	}
 	return nil
 }

@@ -93,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.FailQueryEvery, "fail-query-every", 0, "answer every Nth REQ with a NOTICE and then an empty EOSE (0: never)")
 	fs.IntVar(&o.EOSEFirstEvery, "eose-first-every", 0, "answer every Nth REQ with its EOSE first, then its events (0: never)")
 	fs.IntVar(&o.EOSEFirstRun, "eose-first-run", 0, "answer that many REQs in a row so from each -eose-first-every-th on (0: 1)")
+	fs.DurationVar(&o.EOSEFirstSplit, "eose-first-split", 0, "send all but the first quarter of the events of a REQ answered EOSE first this much later (0: at once)")
+	fs.BoolVar(&o.EOSEFirstDropped, "eose-first-dropped", false, "never send the events of a REQ answered EOSE first once the client closed it")
 	fs.BoolVar(&o.RejectLimitZero, "reject-limit-zero", false, `close a REQ with a filter of limit 0 ("invalid: limit 0") instead of sending only what is published`)
 	fs.IntVar(&fo.Future, "future", 0, "events dated 1 minute to 1 day after the fixture's until")
 	fs.IntVar(&fo.FarFuture, "far-future", 0, "events dated in the year 2286")
