@@ -5,44 +5,20 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/nostr-archiver/archiver/rawstore"
+	"github.com/nostr-archiver/archiver/rawstore/storetest"
 	"github.com/nostr-archiver/archiver/relayconn"
 	"github.com/nostr-archiver/archiver/shard"
 	"go.uber.org/zap"
 )
 
-// firstSegSync holds the first sync of the store's segment log until the
-// test lets it go; later syncs pass.
-type firstSegSync struct {
-	once    sync.Once
-	entered chan struct{}
-	hold    chan struct{}
-}
-
-func (g *firstSegSync) String() string { return "first segment sync" }
-
-func (g *firstSegSync) MaybeError(op errorfs.Op) error {
-	if op.Kind != errorfs.OpFileSyncData || !strings.HasSuffix(op.Path, ".seg") {
-		return nil
-	}
-	first := false
-	g.once.Do(func() { first = true })
-	if first {
-		close(g.entered)
-		<-g.hold
-	}
-	return nil
-}
-
 // pagerCrawl is a relay crawl of one shard [1000, 2000] over a store
 // whose first segment sync g holds.
-func pagerCrawl(t *testing.T, g *firstSegSync) (*relayCrawl, shard.Shard) {
+func pagerCrawl(t *testing.T, g *storetest.SyncGate) (*relayCrawl, shard.Shard) {
 	t.Helper()
 	st, err := rawstore.Open(rawstore.Options{Dir: "db", FS: errorfs.Wrap(vfs.NewMem(), g)})
 	if err != nil {
@@ -95,14 +71,14 @@ func TestCommitAheadCaughtInFlight(t *testing.T) {
 		{"events after EOSE, the page not trusting its end", (*relayCrawl).catchAfterEOSE, func(a *shardAdvance) { a.trusted = true }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := &firstSegSync{entered: make(chan struct{}), hold: make(chan struct{})}
+			g := storetest.NewSyncGate(".seg", true)
 			r, s := pagerCrawl(t, g)
 			adv := shardAdvance{id: s.ID, cursor: 1991, from: s.Cursor}
 			c.adv(&adv)
 			next, ahead := r.commitAhead(pagerPage(2000), nil, s, adv)
-			<-g.entered // the commit waits for its bodies' sync
+			<-g.Entered() // the commit waits for its bodies' sync
 			c.catch(r)
-			close(g.hold)
+			g.Release()
 			if _, err := ahead.wait(); err != nil {
 				t.Fatal(err)
 			}
