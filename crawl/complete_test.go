@@ -441,10 +441,7 @@ func TestTailResumesBeforeFarFuture(t *testing.T) {
 // shard again (checked by mutation, repageAllPaged).
 func TestOrderCaughtLate(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	for _, c := range sweepModes(f, 2, 4) {
 		t.Run(c.name, func(t *testing.T) {
 			opts := c.opts
@@ -489,10 +486,7 @@ func TestOrderCaughtLate(t *testing.T) {
 // reported drained and leaves nothing to page again.
 func TestEOSEFirstAnywhere(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	opts := oneWorker(f, 2)
 	check := func(t *testing.T, opts crawl.Options, k int) {
 		res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, EOSEFirstEvery: k}, opts, f)
@@ -532,10 +526,7 @@ func TestEOSEFirstAnywhere(t *testing.T) {
 // 10-2,655 of 3,000 at every k, unproven.)
 func TestEOSEFirstRuns(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	const run = 7
 	for _, c := range sweepModes(f, 4, 8) {
 		t.Run(c.name, func(t *testing.T) {
@@ -577,10 +568,7 @@ func TestEOSEFirstRuns(t *testing.T) {
 // archive then holds more there.
 func TestOrderCheckAnsweredEarly(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	cases := map[string]testrelay.Options{
 		"mixed": {MaxLimit: 50, PageOrder: testrelay.PageByID, OrderedPages: 2, EOSEFirstEvery: 10, ClosedEvery: 9, FailQueryEvery: 15},
 	}
@@ -614,10 +602,7 @@ func TestOrderCheckAnsweredEarly(t *testing.T) {
 // for probeLimit events.
 func TestPaddedProbes(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	for _, c := range sweepModes(f, 1, 1) {
 		t.Run(c.name, func(t *testing.T) {
 			res, rec := crawlExact(t, testrelay.Options{MaxLimit: 50, SplitStores: 4, DuplicateEvery: 4, DuplicateInLimit: true, ExtraOutOfRange: 2}, c.opts, f)
@@ -639,10 +624,7 @@ func TestPaddedProbes(t *testing.T) {
 //     2,929 held, as proof (71 lost).
 func TestLiesCombined(t *testing.T) {
 	checkLeaks(t)
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	for name, relay := range map[string]testrelay.Options{
 		"drops as it sends": {MaxLimit: 50, DuplicateEvery: 20, DuplicateInLimit: true, OmitEvery: 15, ClosedEvery: 6},
 		"capped COUNT": {MaxLimit: 50, NoticeOnlyEvery: 12, SupportCount: true, CountCap: 700, CountCapSilent: true,

@@ -26,6 +26,16 @@ import (
 
 // fixtureCache keeps signed fixtures across the tests of one run (and
 // across runs, under the OS cache dir): signing dominates generation.
+// liarFixture is the 3,000 events the tests of lying relays serve.
+func liarFixture(t *testing.T) *testrelay.Fixture {
+	t.Helper()
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func fixtureCache(t *testing.T) string {
 	dir, err := os.UserCacheDir()
 	if err != nil {

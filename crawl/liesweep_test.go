@@ -28,10 +28,7 @@ import (
 func TestLieSweep(t *testing.T) {
 	seed, _ := strconv.Atoi(os.Getenv("SWEEP_SEED"))
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
-	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 17, Events: 3000, CacheDir: fixtureCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := liarFixture(t)
 	o := testrelay.Options{MaxLimit: []int{50, 100, 37}[rng.IntN(3)]}
 	var names []string
 	pick := func(name string, p float64, fn func()) {
@@ -66,6 +63,7 @@ func TestLieSweep(t *testing.T) {
 	if path := os.Getenv("SWEEP_LOG"); path != "" {
 		cfg := zap.NewDevelopmentConfig()
 		cfg.OutputPaths = []string{path}
+		var err error
 		if lg, err = cfg.Build(); err != nil {
 			t.Fatal(err)
 		}
