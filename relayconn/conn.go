@@ -423,10 +423,7 @@ wait:
 		}
 	}
 	closed := false
-	c.mu.Lock()
-	short := s.limit <= 0 || len(s.page.Items) < s.limit // events of its sub still come in
-	c.mu.Unlock()
-	if d := time.Duration(c.linger.Load()); d > 0 && s.page.End == EndEOSE && !s.isCount && short {
+	if d := time.Duration(c.linger.Load()); d > 0 && s.page.End == EndEOSE && !s.isCount && !c.holdsLimit(s) {
 		// CLOSEd at once, as always; what was on its way still comes
 		// (the read loop adds it to the page until forget). A page that
 		// holds its limit already waits for nothing more.
@@ -445,6 +442,14 @@ wait:
 	}
 	s.page.Latency = time.Since(s.sent)
 	return &s.page, nil
+}
+
+// holdsLimit reports whether s's page holds its limit already (the read
+// loop may still be adding to it).
+func (c *Conn) holdsLimit(s *sub) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return s.limit > 0 && len(s.page.Items) >= s.limit
 }
 
 // SetLinger makes every later page that ends at its EOSE wait d more for
