@@ -397,7 +397,7 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 		}
 		// Events that came after their pages' EOSE (the last page paged
 		// again had none after it to take them) count too.
-		if late := r.conns.takeLate(); len(late) > 0 {
+		if late := r.conns.takeLate(); len(late.Items) > 0 || late.AfterEOSE {
 			r.storeLate(late)
 			if held, err := r.held(since, until); err == nil {
 				c.Held = max(c.Held, held+malformed)

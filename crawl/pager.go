@@ -264,18 +264,21 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*relayconn.Page,
 	return page, pc, nil
 }
 
-// storeLate stores events that came for pages already ended by their EOSE
-// (relayconn.Conn.TakeLate), and records that the relay sends them: a page
-// of such a relay can end before its events, so an empty or short one
-// proves nothing, and paging proves none of its ranges.
-func (r *relayCrawl) storeLate(late []relayconn.Item) {
-	if len(late) == 0 {
+// storeLate stores events that came for pages already ended
+// (relayconn.Conn.TakeLate) and, if some came after their page's EOSE,
+// records that the relay sends them: a page of such a relay can end
+// before its events, so an empty or short one proves nothing, and paging
+// proves none of its ranges.
+func (r *relayCrawl) storeLate(late relayconn.Late) {
+	if late.AfterEOSE {
+		r.lingerLonger()
+		r.catchAfterEOSE()
+	}
+	if len(late.Items) == 0 {
 		return
 	}
-	r.lingerLonger()
-	r.catchAfterEOSE()
-	if _, err := r.commit(late, nil, nil); err != nil {
-		r.log.Warn("storing events that came after their page's EOSE", zap.Int("events", len(late)), zap.Error(err))
+	if _, err := r.commit(late.Items, nil, nil); err != nil {
+		r.log.Warn("storing events that came after their page ended", zap.Int("events", len(late.Items)), zap.Error(err))
 	}
 }
 

@@ -31,7 +31,7 @@ type connPool struct {
 	unknown map[string]int
 	// late holds the late events of connections retired before they were
 	// taken (takeLate), up to relayconn.MaxLateBytes of them.
-	late      []relayconn.Item
+	late      relayconn.Late
 	lateBytes int
 }
 
@@ -244,11 +244,13 @@ func (p *connPool) drop(pc *poolConn) {
 // lock.
 func (p *connPool) retire(c *relayconn.Conn) {
 	c.Close()
-	for _, it := range c.TakeLate() {
+	late := c.TakeLate()
+	p.late.AfterEOSE = p.late.AfterEOSE || late.AfterEOSE
+	for _, it := range late.Items {
 		if p.lateBytes+len(it.Raw) > relayconn.MaxLateBytes {
 			break
 		}
-		p.late = append(p.late, it)
+		p.late.Items = append(p.late.Items, it)
 		p.lateBytes += len(it.Raw)
 	}
 	p.r.metrics.conns.Dec()
@@ -263,13 +265,15 @@ func (p *connPool) retire(c *relayconn.Conn) {
 
 // takeLate returns (and forgets) the events every connection, open or
 // retired, got for pages already ended (relayconn.Conn.TakeLate).
-func (p *connPool) takeLate() []relayconn.Item {
+func (p *connPool) takeLate() relayconn.Late {
 	p.lock()
 	defer p.unlock()
 	late := p.late
-	p.late, p.lateBytes = nil, 0
+	p.late, p.lateBytes = relayconn.Late{}, 0
 	for _, pc := range p.conns {
-		late = append(late, pc.c.TakeLate()...)
+		l := pc.c.TakeLate()
+		late.Items = append(late.Items, l.Items...)
+		late.AfterEOSE = late.AfterEOSE || l.AfterEOSE
 	}
 	return late
 }

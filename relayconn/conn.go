@@ -97,8 +97,14 @@ type Conn struct {
 	// late holds EVENT frames of page subscriptions already ended (a
 	// relay that sends EOSE before its events, or relays others' late),
 	// for TakeLate: up to maxLate of them and MaxLateBytes.
-	late      []Item
+	late      Late
 	lateBytes int
+	// quiet holds the numbers of the latest page subscriptions that ended
+	// other than at their EOSE (idle timeout, a refusal, their caller's
+	// cancel): what comes for them afterwards was on its way, not sent
+	// after an EOSE (see Late.AfterEOSE).
+	quiet     [quietSubs]uint64
+	quietNext int
 	closeErr  error
 	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
 	// held counts the malformed frames (and their bytes) kept for
@@ -120,6 +126,7 @@ type sub struct {
 	stream   bool // a live tail: EOSE does not end it
 	eose     bool // a stream's stored events are all out
 	id       string
+	num      uint64 // the counter in id
 	page     Page
 	limit    int
 	sent     time.Time
@@ -278,27 +285,54 @@ func (c *Conn) Challenge() string {
 }
 
 // keepLate keeps an event that came for a page subscription already
-// ended, if it is one of this connection's and the bounds allow. The
-// relay's EOSE came before it: a page that ended there did not hold it.
+// ended, if it is one of this connection's and the bounds allow.
 func (c *Conn) keepLate(m frame.Msg) {
-	if issuedPrefix(m.SubID, c.nextSub) != subPrefixPage[0] {
+	p, n := issuedSub(m.SubID, c.nextSub)
+	if p != subPrefixPage[0] {
 		return
 	}
-	if len(c.late) >= maxLate || c.lateBytes+len(m.Raw) > MaxLateBytes {
+	if !c.endedQuiet(n) {
+		// Noted even when the bounds drop the event: the relay sent it
+		// after its page's EOSE all the same.
+		c.late.AfterEOSE = true
+	}
+	if len(c.late.Items) >= maxLate || c.lateBytes+len(m.Raw) > MaxLateBytes {
 		return
 	}
-	c.late = append(c.late, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
+	c.late.Items = append(c.late.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
 	c.lateBytes += len(m.Raw)
+}
+
+// endedQuiet reports whether page subscription n is one of the latest
+// quietSubs to end other than at their EOSE. Caller holds the lock.
+func (c *Conn) endedQuiet(n uint64) bool {
+	for _, q := range c.quiet {
+		if q == n {
+			return true
+		}
+	}
+	return false
+}
+
+// Late is what came for page subscriptions after they had ended.
+type Late struct {
+	Items []Item
+	// AfterEOSE: some came for a page that had ended at its EOSE, so
+	// the relay sends events after the EOSE of their page. Events for a
+	// page that ended otherwise (it went idle, a NOTICE refused it, its
+	// caller gave up on it) were on their way when it ended and say
+	// nothing of the relay.
+	AfterEOSE bool
 }
 
 // TakeLate returns (and forgets) the events that came for page
 // subscriptions after they had ended (see keepLate), so the caller can
 // store them: they are the relay's events all the same.
-func (c *Conn) TakeLate() []Item {
+func (c *Conn) TakeLate() Late {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.late
-	c.late, c.lateBytes = nil, 0
+	c.late, c.lateBytes = Late{}, 0
 	return l
 }
 
@@ -308,6 +342,10 @@ func (c *Conn) TakeLate() []Item {
 const (
 	maxLate      = 4096
 	MaxLateBytes = 4 << 20
+	// quietSubs bounds the page subscriptions remembered as ended other
+	// than at their EOSE; late events of one forgotten are taken as sent
+	// after its EOSE, the cautious reading.
+	quietSubs = 64
 )
 
 // TakeOrphans returns (and forgets) malformed frames that named no
@@ -529,7 +567,7 @@ func blankSubID(frame []byte, issued uint64) []byte {
 			return nil
 		}
 		str := frame[i+1 : i+1+end]
-		if p := issuedPrefix(string(str), issued); p == subPrefixPage[0] || p == subPrefixStream[0] {
+		if p, _ := issuedSub(string(str), issued); p == subPrefixPage[0] || p == subPrefixStream[0] {
 			out := make([]byte, 0, len(frame)-len(str))
 			out = append(append(out, frame[:i+1]...), frame[i+1+end:]...)
 			return out
@@ -539,17 +577,18 @@ func blankSubID(frame []byte, issued uint64) []byte {
 	return nil
 }
 
-// issuedPrefix returns the prefix of id if id is a subscription id of
-// this connection's (a prefix, then a counter in base 36 from 1 to
-// issued), else 0.
-func issuedPrefix(id string, issued uint64) byte {
+// issuedSub returns the prefix and counter of id if id is a subscription
+// id of this connection's (a prefix, then a counter in base 36 from 1 to
+// issued), else 0, 0.
+func issuedSub(id string, issued uint64) (byte, uint64) {
 	if len(id) < 2 {
-		return 0
+		return 0, 0
 	}
-	if n, err := strconv.ParseUint(id[1:], 36, 64); err != nil || n < 1 || n > issued {
-		return 0
+	n, err := strconv.ParseUint(id[1:], 36, 64)
+	if err != nil || n < 1 || n > issued {
+		return 0, 0
 	}
-	return id[0]
+	return id[0], n
 }
 
 // register gives s a subscription id (prefix + a counter) and routes the
@@ -561,7 +600,8 @@ func (c *Conn) register(s *sub, prefix string) error {
 		return c.closeErr
 	}
 	c.nextSub++
-	s.id = prefix + strconv.FormatUint(c.nextSub, 36)
+	s.num = c.nextSub
+	s.id = prefix + strconv.FormatUint(s.num, 36)
 	s.page.SentAuthed = c.auth.authed
 	c.subs[s.id] = s
 	c.order = append(c.order, s)
@@ -582,6 +622,17 @@ func (c *Conn) finish(s *sub, end EndKind, reason string) {
 	c.finishLocked(s, end, reason)
 }
 
+// endedAtEOSE reports whether s ended at its relay's EOSE (or COUNT
+// answer). Caller holds the lock.
+func (s *sub) endedAtEOSE() bool {
+	select {
+	case <-s.finished:
+		return s.page.End == EndEOSE
+	default:
+		return false // its caller gave up on it
+	}
+}
+
 func (c *Conn) finishLocked(s *sub, end EndKind, reason string) {
 	select {
 	case <-s.finished:
@@ -599,6 +650,10 @@ func (c *Conn) forget(s *sub) {
 	defer c.mu.Unlock()
 	if _, ok := c.subs[s.id]; ok {
 		c.releaseBad(s.page.Malformed)
+		if !s.stream && !s.endedAtEOSE() {
+			c.quiet[c.quietNext] = s.num
+			c.quietNext = (c.quietNext + 1) % quietSubs
+		}
 	}
 	delete(c.subs, s.id)
 	for i, o := range c.order {

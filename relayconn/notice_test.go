@@ -82,10 +82,13 @@ func TestLateEventsKept(t *testing.T) {
 		}
 	}
 	late := c.TakeLate()
-	if len(late) != 2 || late[0].CreatedAt != 1700000000 || late[1].CreatedAt != 1700000001 {
-		t.Fatalf("late events %+v, want the first page's two", late)
+	if len(late.Items) != 2 || late.Items[0].CreatedAt != 1700000000 || late.Items[1].CreatedAt != 1700000001 {
+		t.Fatalf("late events %+v, want the first page's two", late.Items)
 	}
-	if again := c.TakeLate(); len(again) != 0 {
+	if !late.AfterEOSE {
+		t.Fatal("events after their page's EOSE not said to be")
+	}
+	if again := c.TakeLate(); len(again.Items) != 0 || again.AfterEOSE {
 		t.Fatalf("taken twice: %+v", again)
 	}
 }
@@ -108,8 +111,8 @@ func TestLateEventsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if late := c.TakeLate(); len(late) != maxLate {
-		t.Fatalf("held %d late events, want the first %d", len(late), maxLate)
+	if late := c.TakeLate(); len(late.Items) != maxLate || !late.AfterEOSE {
+		t.Fatalf("held %d late events (after EOSE: %v), want the first %d", len(late.Items), late.AfterEOSE, maxLate)
 	}
 }
 
@@ -157,8 +160,72 @@ func TestLingerHoldsLateEvents(t *testing.T) {
 				}
 				time.Sleep(3 * time.Second) // virtual: the relay has sent all
 				synctest.Wait()
-				if late := c.TakeLate(); len(page.Items) != tc.held || len(late) != tc.late {
-					t.Errorf("page held %d events and %d came late, want %d and %d", len(page.Items), len(late), tc.held, tc.late)
+				late := c.TakeLate()
+				if len(page.Items) != tc.held || len(late.Items) != tc.late || late.AfterEOSE != (tc.late > 0) {
+					t.Errorf("page held %d events and %d came late (after EOSE: %v), want %d and %d", len(page.Items), len(late.Items), late.AfterEOSE, tc.held, tc.late)
+				}
+			})
+		})
+	}
+}
+
+// Events that come for a page that ended other than at its EOSE (it went
+// idle, a NOTICE or CLOSED refused it, its caller gave up on it, as a
+// crawl stopping does) are kept for TakeLate but were on their way: they
+// say nothing of the relay's EOSE. (A daemon stopped mid-crawl took them
+// as sent after their EOSE, and the honest relay's next crawl ended
+// unproven.) In virtual time: the relay answers the second REQ with the
+// first's three events and then the second's EOSE.
+func TestLateEventsOfPagesEndedOtherwise(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  string // the relay's answer to the first REQ, "" for none
+		ctx  bool   // the caller cancels the first REQ
+		want EndKind
+	}{
+		{"idle timeout", "", false, EndTimeout},
+		{"NOTICE", `["NOTICE","too many concurrent REQs"]`, false, EndNotice},
+		{"CLOSED", `["CLOSED","a1","error: shutting down"]`, false, EndClosed},
+		{"caller gave up", "", true, 0},
+		{"EOSE", `["EOSE","a1"]`, false, EndEOSE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+					if sub == "a1" {
+						if tc.end != "" {
+							_ = s.WriteMessage(gws.OpcodeText, []byte(tc.end))
+						}
+						return
+					}
+					for i := range 3 {
+						_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","a1",`+testEvent(i)+`]`))
+					}
+					_ = s.WriteMessage(gws.OpcodeText, []byte(`["EOSE","`+sub+`"]`))
+				})}
+				c := pipeDial(t, p)
+				defer c.Close()
+				ctx, cancel := context.WithCancel(context.Background())
+				if tc.ctx {
+					time.AfterFunc(time.Second, cancel)
+				}
+				defer cancel()
+				page, err := c.Req(ctx, []byte(`{"limit":10}`), 10, 5*time.Second)
+				switch {
+				case tc.ctx && err == nil:
+					t.Fatalf("the first REQ ended %v, want the caller's cancel", page.End)
+				case !tc.ctx && (err != nil || page.End != tc.want):
+					t.Fatalf("the first REQ: %v, %+v; want it ended %v", err, page, tc.want)
+				}
+				if page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second); err != nil || page.End != EndEOSE || len(page.Items) != 0 {
+					t.Fatalf("the second REQ: %v, %+v", err, page)
+				}
+				late := c.TakeLate()
+				if len(late.Items) != 3 {
+					t.Errorf("%d late events kept, want the first page's 3", len(late.Items))
+				}
+				if want := tc.want == EndEOSE && !tc.ctx; late.AfterEOSE != want {
+					t.Errorf("after EOSE: %v, want %v", late.AfterEOSE, want)
 				}
 			})
 		})
