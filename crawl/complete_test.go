@@ -341,6 +341,37 @@ func TestEmptyRelay(t *testing.T) {
 	}
 }
 
+// A relay that answers every page with nothing but serves an event in a
+// paged range to a filter without bounds (its created_at index broken)
+// lied to the pages: the range is unproven, not paged empty, and the event
+// it served is kept. (Taking that answer as proof the ranges were empty,
+// the crawl said drained with none of the relay's 50 events.)
+func TestBoundedPagesAnsweredEmpty(t *testing.T) {
+	f, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 16, Events: 50, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{EmptyBounded: true}, f.Items)
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{Now: clockAt(f.Until), Shards: 2}, relay.URL())
+	if res[0].Finish != crawl.FinishUnproven {
+		t.Errorf("%v, want unproven", res[0])
+	}
+	a.verify(t)
+	if got := len(a.exported(t)); got == 0 {
+		t.Error("the event served to the filter without bounds was not kept")
+	}
+	unproven := 0
+	for _, c := range a.record(t).Coverage {
+		if c.Proof == crawl.ProofUnproven && strings.Contains(c.Why, "without bounds") {
+			unproven++
+		}
+	}
+	if unproven == 0 {
+		t.Errorf("no range unproven for the event served without bounds: %+v", a.record(t).Coverage)
+	}
+}
+
 // An open job's newest shard has no until, and its cursors are as
 // crash-safe as any: a crawl stopped after a few commits resumes and
 // archives everything, future-dated events included.

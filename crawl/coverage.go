@@ -247,10 +247,8 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 	if r.c.opts.Recheck && below > jobSince && ctx.Err() == nil {
 		out = append(out, r.recheck(ctx, jobSince, below-1, now)...)
 	}
-	if r.broadFilter() && servedNothing(out) && !r.servesBroad(ctx) {
-		for i := range out {
-			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
-		}
+	if r.broadFilter() && servedNothing(out) && ctx.Err() == nil {
+		r.askBroad(ctx, out)
 	}
 	return out
 }
@@ -363,13 +361,55 @@ func (r *relayCrawl) broadFilter() bool {
 	return len(r.c.opts.Kinds) == 0 || len(r.c.opts.Authors) == 0
 }
 
-// servesBroad asks the relay for any one event with the broadest filter
-// there is: one that answers it pages broad filters truly, so ranges it
-// paged as empty are empty (a job split in time often has empty parts).
-func (r *relayCrawl) servesBroad(ctx context.Context) bool {
-	page, _, err := r.fetch(ctx, []byte(`{"limit":1}`))
-	return err == nil && page.End == relayconn.EndEOSE && len(page.Items) > 0
+// askBroad asks a relay whose every range paged empty for any one event
+// with the broadest filter there is, up to broadTries times (an answer
+// may end before its event, or be refused). One that serves none may
+// answer every filter with nothing: its ranges are unproven. One that
+// serves an event in a range whose pages it answered with nothing lied to
+// them: the event is stored and the range is unproven. Otherwise the
+// ranges are empty indeed (a job split in time often has empty parts).
+func (r *relayCrawl) askBroad(ctx context.Context, out []RangeCoverage) {
+	var page *relayconn.Page
+	for range broadTries {
+		p, _, err := r.fetch(ctx, []byte(`{"limit":1}`))
+		if err == nil && p.End == relayconn.EndEOSE && len(p.Items) > 0 {
+			page = p
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if page == nil {
+		for i := range out {
+			out[i].Proof, out[i].Why = ProofUnproven, whyEmpty
+		}
+		return
+	}
+	_, err := r.commit(page.Items, nil, nil)
+	page.Release()
+	if err != nil {
+		r.log.Warn("storing the event served to a filter without bounds", zap.Error(err))
+		return
+	}
+	for i := range out {
+		until := out[i].Until
+		if until == 0 {
+			until = shard.OpenTop
+		}
+		held, err := r.held(out[i].Since, until)
+		if err != nil || held > 0 {
+			out[i].Proof, out[i].Why, out[i].Held = ProofUnproven, whyBroadServed, held
+		}
+	}
 }
+
+// broadTries bounds the asks of askBroad.
+const broadTries = 3
+
+// whyBroadServed is why a range paged empty is unproven when the relay
+// serves an event in it to a filter without bounds.
+const whyBroadServed = "the relay answered this range's pages with nothing, but served an event in it to a filter without bounds"
 
 // servedNothing reports whether every range is merely paged and holds
 // nothing: the sign of a relay that answers each page with an empty EOSE.

@@ -210,7 +210,7 @@ func (c *conn) serve(j job) error {
 	pos := c.pos[:0]
 	unordered := o.PageOrder != "" && c.r.servedSeq.Add(1) > o.OrderedPages
 	for i := range j.filters {
-		if o.RefuseBroad && anyBroad(j.filters) {
+		if o.RefuseBroad && anyBroad(j.filters) || o.EmptyBounded && anyBounded(j.filters) {
 			break
 		}
 		f := &j.filters[i]
@@ -675,6 +675,11 @@ func byIDs(fs []filter) bool {
 		}
 	}
 	return len(fs) > 0
+}
+
+// anyBounded reports whether a filter of fs has a since or an until.
+func anyBounded(fs []filter) bool {
+	return slices.ContainsFunc(fs, func(f filter) bool { return f.since != nil || f.until != nil })
 }
 
 // anyBroad reports whether a filter of fs is what nostr-rs-relay calls a

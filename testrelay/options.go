@@ -154,6 +154,11 @@ type Options struct {
 	// and no events, as nostr-rs-relay does with limit_scrapers on: an open
 	// range then looks like an empty relay.
 	RefuseBroad bool
+	// EmptyBounded answers a REQ with any filter bounded in time (since
+	// or until) with an immediate EOSE and no events, and serves filters
+	// without bounds: a relay whose created_at index is broken. Every
+	// page of a crawl then finds nothing, yet the relay holds events.
+	EmptyBounded bool
 	// SplitStores answers each REQ from this many stores (an event's store
 	// is picked by its id), each applying the filter's limit on its own,
 	// their pages sent one after the other: khatru does so with several

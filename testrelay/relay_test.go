@@ -225,6 +225,16 @@ func TestFaultKnobsOnPages(t *testing.T) {
 				t.Fatalf("a kinds-only filter got %d events, want none", len(evs))
 			}
 		}},
+		{"bounded filter answered empty", Options{EmptyBounded: true}, map[string]any{"until": 1099, "limit": 5}, func(t *testing.T, evs []ev) {
+			if len(evs) != 0 {
+				t.Fatalf("a filter with until got %d events, want none", len(evs))
+			}
+		}},
+		{"unbounded filter served", Options{EmptyBounded: true}, map[string]any{"limit": 5}, func(t *testing.T, evs []ev) {
+			if len(evs) != 5 || evs[0].CreatedAt != 1099 {
+				t.Fatalf("want the 5 newest, got %+v", evs)
+			}
+		}},
 		{"precise filter served", Options{RefuseBroad: true}, map[string]any{"kinds": []int{1}, "authors": []string{testAuthors[0]}, "limit": 5}, func(t *testing.T, evs []ev) {
 			if len(evs) != 5 || evs[0].PubKey != testAuthors[0] || evs[0].Kind != 1 {
 				t.Fatalf("want 5 kind-1 events of the author, got %+v", evs)
