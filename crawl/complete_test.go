@@ -735,3 +735,48 @@ func crawlExact(t *testing.T, relayOpts testrelay.Options, opts crawl.Options, f
 	assertExactValidSet(t, a, f)
 	return res[0], a.record(t)
 }
+
+// A busy relay sends newly published events to every subscription whose
+// filter they match, after its EOSE as well: a page with no until (the
+// open range's first, the probes of the whole relay) gets them until its
+// CLOSE arrives. They are live events, not a page's events sent late; an
+// honest relay so busy is not caught sending events after their page's
+// EOSE.
+func TestLiveEventsAfterEOSE(t *testing.T) {
+	checkLeaks(t)
+	f := liarFixture(t)
+	live, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 71, Events: 3000, Since: f.Until - 10, Until: f.Until + 60, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, testrelay.Options{MaxLimit: 100}, f.Items)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Microsecond)
+		defer tick.Stop()
+		for _, it := range live.Items {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				relay.Add(it)
+			}
+		}
+	}()
+	a := openArchive(t)
+	res := a.crawl(t, crawl.Options{Now: clockAt(f.Until), Shards: 4}, relay.URL())
+	close(stop)
+	<-stopped
+	rec := a.record(t)
+	if res[0].Finish != crawl.FinishDrained || len(rec.Lies) != 0 {
+		t.Errorf("%v; lies %v", res[0], rec.Lies)
+	}
+	a.verify(t)
+	got := a.exported(t)
+	for _, v := range f.Valid {
+		if !got[v.ID] {
+			t.Fatalf("event %s of the relay's history missing", v.ID)
+		}
+	}
+}

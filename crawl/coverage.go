@@ -437,7 +437,7 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 		}
 		// Events that came after their pages' EOSE (the last page paged
 		// again had none after it to take them) count too.
-		if late := r.conns.takeLate(); len(late.Items) > 0 || late.AfterEOSE {
+		if late := r.conns.takeLate(); len(late.Items) > 0 || late.DroppedAfterEOSE {
 			r.storeLate(late)
 			if held, err := r.held(since, until); err == nil {
 				c.Held = max(c.Held, held+malformed)
@@ -615,7 +615,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 			}
 		}
 		if n > r.limit {
-			oldest = r.overLimitCursor(ats, r.limit)
+			oldest = r.overLimitCursor(ats, r.limit, r.reachesLive(cursor, page))
 		}
 		if _, err := r.c.opts.Store.Ingest(&rawstore.Batch{Relay: r.idx, Events: copies(page.Items), Malformed: r.malformed(pc, page)}); err != nil {
 			return len(bad), fmt.Errorf("store: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nostr-archiver/archiver/adaptive"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -265,12 +266,12 @@ func (r *relayCrawl) fetch(ctx context.Context, filter []byte) (*relayconn.Page,
 }
 
 // storeLate stores events that came for pages already ended
-// (relayconn.Conn.TakeLate) and, if some came after their page's EOSE,
-// records that the relay sends them: a page of such a relay can end
-// before its events, so an empty or short one proves nothing, and paging
-// proves none of its ranges.
+// (relayconn.Conn.TakeLate) and, if they show the relay sending a page's
+// events after its EOSE (sentAfterEOSE), records that it does: a page of
+// such a relay can end before its events, so an empty or short one proves
+// nothing, and paging proves none of its ranges.
 func (r *relayCrawl) storeLate(late relayconn.Late) {
-	if late.AfterEOSE {
+	if r.sentAfterEOSE(late) {
 		r.lingerLonger()
 		r.catchAfterEOSE()
 	}
@@ -280,6 +281,27 @@ func (r *relayCrawl) storeLate(late relayconn.Late) {
 	if _, err := r.commit(late.Items, nil, nil); err != nil {
 		r.log.Warn("storing events that came after their page ended", zap.Int("events", len(late.Items)), zap.Error(err))
 	}
+}
+
+// sentAfterEOSE reports whether late holds an event that came after the
+// EOSE of a page owed more (relayconn.LateInfo.AfterEOSE) and that the
+// relay cannot have taken in since: one dated more than liveMargin before
+// it came. A relay sends the events published meanwhile to a subscription
+// after its EOSE too, until the CLOSE reaches it: a page without until (an
+// open range's, a probe of the whole relay) gets the new ones. Events
+// dropped over the bounds are not known by date, and count.
+func (r *relayCrawl) sentAfterEOSE(late relayconn.Late) bool {
+	if late.DroppedAfterEOSE {
+		return true
+	}
+	now, local := r.c.opts.Now(), time.Now()
+	for i, in := range late.Info {
+		arrived := now.Add(-local.Sub(in.Arrived)) // on the crawl's clock
+		if in.AfterEOSE && late.Items[i].CreatedAt < arrived.Add(-liveMargin).Unix() {
+			return true
+		}
+	}
+	return false
 }
 
 // usable reports whether page can advance a cursor. For a page that
@@ -407,7 +429,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		}
 	}
 	if n > r.limit {
-		oldest = r.overLimitCursor(ats, r.limit)
+		oldest = r.overLimitCursor(ats, r.limit, r.reachesLive(s.Cursor, page))
 	}
 	malformed := r.malformed(pc, page)
 	// A page cut anywhere may have left out any part of what it was asked

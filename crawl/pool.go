@@ -245,12 +245,14 @@ func (p *connPool) drop(pc *poolConn) {
 func (p *connPool) retire(c *relayconn.Conn) {
 	c.Close()
 	late := c.TakeLate()
-	p.late.AfterEOSE = p.late.AfterEOSE || late.AfterEOSE
-	for _, it := range late.Items {
+	p.late.DroppedAfterEOSE = p.late.DroppedAfterEOSE || late.DroppedAfterEOSE
+	for i, it := range late.Items {
 		if p.lateBytes+len(it.Raw) > relayconn.MaxLateBytes {
-			break
+			p.late.DroppedAfterEOSE = p.late.DroppedAfterEOSE || late.Info[i].AfterEOSE
+			continue
 		}
 		p.late.Items = append(p.late.Items, it)
+		p.late.Info = append(p.late.Info, late.Info[i])
 		p.lateBytes += len(it.Raw)
 	}
 	p.r.metrics.conns.Dec()
@@ -273,7 +275,8 @@ func (p *connPool) takeLate() relayconn.Late {
 	for _, pc := range p.conns {
 		l := pc.c.TakeLate()
 		late.Items = append(late.Items, l.Items...)
-		late.AfterEOSE = late.AfterEOSE || l.AfterEOSE
+		late.Info = append(late.Info, l.Info...)
+		late.DroppedAfterEOSE = late.DroppedAfterEOSE || l.DroppedAfterEOSE
 	}
 	return late
 }

@@ -99,12 +99,10 @@ type Conn struct {
 	// for TakeLate: up to maxLate of them and MaxLateBytes.
 	late      Late
 	lateBytes int
-	// quiet holds the numbers of the latest page subscriptions that ended
-	// other than at their EOSE (idle timeout, a refusal, their caller's
-	// cancel): what comes for them afterwards was on its way, not sent
-	// after an EOSE (see Late.AfterEOSE).
-	quiet     [quietSubs]uint64
-	quietNext int
+	// ended holds how the latest page subscriptions ended, for what
+	// comes for them afterwards (see LateInfo.AfterEOSE).
+	ended     [endedSubs]endedSub
+	endedNext int
 	closeErr  error
 	unknown   map[string]int // frame labels nobody standardized, e.g. LIMITS
 	// held counts the malformed frames (and their bytes) kept for
@@ -284,44 +282,68 @@ func (c *Conn) Challenge() string {
 	return c.challenge
 }
 
-// keepLate keeps an event that came for a page subscription already
-// ended, if it is one of this connection's and the bounds allow.
-func (c *Conn) keepLate(m frame.Msg) {
+// keepLate keeps an event that came at arrived (unix nanos) for a page
+// subscription already ended, if it is one of this connection's and the
+// bounds allow.
+func (c *Conn) keepLate(m frame.Msg, arrived int64) {
 	p, n := issuedSub(m.SubID, c.nextSub)
 	if p != subPrefixPage[0] {
 		return
 	}
-	if !c.endedQuiet(n) {
-		// Noted even when the bounds drop the event: the relay sent it
-		// after its page's EOSE all the same.
-		c.late.AfterEOSE = true
-	}
+	afterEOSE := c.owed(n)
 	if len(c.late.Items) >= maxLate || c.lateBytes+len(m.Raw) > MaxLateBytes {
+		// The relay sent it after its page's EOSE all the same.
+		c.late.DroppedAfterEOSE = c.late.DroppedAfterEOSE || afterEOSE
 		return
 	}
 	c.late.Items = append(c.late.Items, Item{ID: m.ID, CreatedAt: m.CreatedAt, Raw: bytes.Clone(m.Raw)})
+	c.late.Info = append(c.late.Info, LateInfo{Arrived: time.Unix(0, arrived), AfterEOSE: afterEOSE})
 	c.lateBytes += len(m.Raw)
 }
 
-// endedQuiet reports whether page subscription n is one of the latest
-// quietSubs to end other than at their EOSE. Caller holds the lock.
-func (c *Conn) endedQuiet(n uint64) bool {
-	for _, q := range c.quiet {
-		if q == n {
-			return true
+// endedSub is how page subscription num ended.
+type endedSub struct {
+	num uint64
+	// owed: it ended at its EOSE holding fewer events than its limit. An
+	// event that comes for it afterwards may be one of its own, sent
+	// late. One that ended otherwise (it went idle, a NOTICE refused it,
+	// its caller gave up on it) had its events on their way; one that
+	// held its limit has no more of its own to come.
+	owed bool
+}
+
+// owed reports whether an event that came late for page subscription n
+// may be one of its own, sent after its EOSE (see endedSub): yes unless
+// it is known not to be. Caller holds the lock.
+func (c *Conn) owed(n uint64) bool {
+	for _, e := range c.ended {
+		if e.num == n {
+			return e.owed
 		}
 	}
-	return false
+	return true
 }
 
 // Late is what came for page subscriptions after they had ended.
 type Late struct {
 	Items []Item
-	// AfterEOSE: some came for a page that had ended at its EOSE, so
-	// the relay sends events after the EOSE of their page. Events for a
-	// page that ended otherwise (it went idle, a NOTICE refused it, its
-	// caller gave up on it) were on their way when it ended and say
-	// nothing of the relay.
+	Info  []LateInfo // one per item
+	// DroppedAfterEOSE: events that came after their page's EOSE were
+	// dropped over the bounds (maxLate, MaxLateBytes).
+	DroppedAfterEOSE bool
+}
+
+// LateInfo says how a late event came.
+type LateInfo struct {
+	Arrived time.Time // by the local clock
+	// AfterEOSE: it came for a page that had ended at its EOSE short of
+	// its limit, so it may be one of that page's events, sent after its
+	// EOSE; or one the relay took in since (a relay sends new events to a
+	// subscription after its EOSE too, until the CLOSE reaches it). An
+	// event for a page that ended otherwise (it went idle, a NOTICE
+	// refused it, its caller gave up on it) was on its way when it ended;
+	// one for a page holding its limit is none of its own. Neither says
+	// anything of the relay.
 	AfterEOSE bool
 }
 
@@ -342,10 +364,10 @@ func (c *Conn) TakeLate() Late {
 const (
 	maxLate      = 4096
 	MaxLateBytes = 4 << 20
-	// quietSubs bounds the page subscriptions remembered as ended other
-	// than at their EOSE; late events of one forgotten are taken as sent
-	// after its EOSE, the cautious reading.
-	quietSubs = 64
+	// endedSubs bounds the page subscriptions remembered as ended (how);
+	// late events of one forgotten are taken as its own, sent after its
+	// EOSE: the cautious reading.
+	endedSubs = 64
 )
 
 // TakeOrphans returns (and forgets) malformed frames that named no
@@ -650,9 +672,10 @@ func (c *Conn) forget(s *sub) {
 	defer c.mu.Unlock()
 	if _, ok := c.subs[s.id]; ok {
 		c.releaseBad(s.page.Malformed)
-		if !s.stream && !s.endedAtEOSE() {
-			c.quiet[c.quietNext] = s.num
-			c.quietNext = (c.quietNext + 1) % quietSubs
+		if !s.stream {
+			owed := s.endedAtEOSE() && (s.limit <= 0 || len(s.page.Items) < s.limit)
+			c.ended[c.endedNext] = endedSub{num: s.num, owed: owed}
+			c.endedNext = (c.endedNext + 1) % endedSubs
 		}
 	}
 	delete(c.subs, s.id)
@@ -731,7 +754,7 @@ func (c *Conn) OnMessage(_ *gws.Conn, msg *gws.Message) {
 		}
 	case m.Label == frame.Event:
 		if s == nil {
-			c.keepLate(m)
+			c.keepLate(m, now)
 			return
 		}
 		if s.limit > 0 && len(s.page.Items) >= overflowFactor*s.limit {

@@ -85,10 +85,10 @@ func TestLateEventsKept(t *testing.T) {
 	if len(late.Items) != 2 || late.Items[0].CreatedAt != 1700000000 || late.Items[1].CreatedAt != 1700000001 {
 		t.Fatalf("late events %+v, want the first page's two", late.Items)
 	}
-	if !late.AfterEOSE {
+	if !anyAfterEOSE(late) {
 		t.Fatal("events after their page's EOSE not said to be")
 	}
-	if again := c.TakeLate(); len(again.Items) != 0 || again.AfterEOSE {
+	if again := c.TakeLate(); len(again.Items) != 0 || anyAfterEOSE(again) {
 		t.Fatalf("taken twice: %+v", again)
 	}
 }
@@ -111,8 +111,8 @@ func TestLateEventsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if late := c.TakeLate(); len(late.Items) != maxLate || !late.AfterEOSE {
-		t.Fatalf("held %d late events (after EOSE: %v), want the first %d", len(late.Items), late.AfterEOSE, maxLate)
+	if late := c.TakeLate(); len(late.Items) != maxLate || !anyAfterEOSE(late) {
+		t.Fatalf("held %d late events (after EOSE: %v), want the first %d", len(late.Items), anyAfterEOSE(late), maxLate)
 	}
 }
 
@@ -161,8 +161,10 @@ func TestLingerHoldsLateEvents(t *testing.T) {
 				time.Sleep(3 * time.Second) // virtual: the relay has sent all
 				synctest.Wait()
 				late := c.TakeLate()
-				if len(page.Items) != tc.held || len(late.Items) != tc.late || late.AfterEOSE != (tc.late > 0) {
-					t.Errorf("page held %d events and %d came late (after EOSE: %v), want %d and %d", len(page.Items), len(late.Items), late.AfterEOSE, tc.held, tc.late)
+				// A page that held its limit is owed nothing: what comes
+				// late is no event of its own.
+				if len(page.Items) != tc.held || len(late.Items) != tc.late || anyAfterEOSE(late) != (tc.late > 0 && tc.limit > 1) {
+					t.Errorf("page held %d events and %d came late (after EOSE: %v), want %d and %d", len(page.Items), len(late.Items), anyAfterEOSE(late), tc.held, tc.late)
 				}
 			})
 		})
@@ -174,27 +176,33 @@ func TestLingerHoldsLateEvents(t *testing.T) {
 // crawl stopping does) are kept for TakeLate but were on their way: they
 // say nothing of the relay's EOSE. (A daemon stopped mid-crawl took them
 // as sent after their EOSE, and the honest relay's next crawl ended
-// unproven.) In virtual time: the relay answers the second REQ with the
-// first's three events and then the second's EOSE.
+// unproven.) Nor do those for a page that held its limit at its EOSE: no
+// more of its own can come, and a busy relay sends the events published
+// meanwhile to a subscription until the CLOSE reaches it. In virtual
+// time: the relay answers the second REQ with the first's three events
+// and then the second's EOSE.
 func TestLateEventsOfPagesEndedOtherwise(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		end  string // the relay's answer to the first REQ, "" for none
-		ctx  bool   // the caller cancels the first REQ
-		want EndKind
+		name      string
+		end       []string // the relay's answer to the first REQ (limit 2)
+		ctx       bool     // the caller cancels the first REQ
+		want      EndKind
+		afterEOSE bool
 	}{
-		{"idle timeout", "", false, EndTimeout},
-		{"NOTICE", `["NOTICE","too many concurrent REQs"]`, false, EndNotice},
-		{"CLOSED", `["CLOSED","a1","error: shutting down"]`, false, EndClosed},
-		{"caller gave up", "", true, 0},
-		{"EOSE", `["EOSE","a1"]`, false, EndEOSE},
+		{"idle timeout", nil, false, EndTimeout, false},
+		{"NOTICE", []string{`["NOTICE","too many concurrent REQs"]`}, false, EndNotice, false},
+		{"CLOSED", []string{`["CLOSED","a1","error: shutting down"]`}, false, EndClosed, false},
+		{"caller gave up", nil, true, 0, false},
+		{"EOSE holding its limit", []string{`["EVENT","a1",` + testEvent(8) + `]`, `["EVENT","a1",` + testEvent(9) + `]`, `["EOSE","a1"]`}, false, EndEOSE, false},
+		{"EOSE short of its limit", []string{`["EVENT","a1",` + testEvent(8) + `]`, `["EOSE","a1"]`}, false, EndEOSE, true},
+		{"EOSE, empty", []string{`["EOSE","a1"]`}, false, EndEOSE, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
 					if sub == "a1" {
-						if tc.end != "" {
-							_ = s.WriteMessage(gws.OpcodeText, []byte(tc.end))
+						for _, f := range tc.end {
+							_ = s.WriteMessage(gws.OpcodeText, []byte(f))
 						}
 						return
 					}
@@ -210,7 +218,7 @@ func TestLateEventsOfPagesEndedOtherwise(t *testing.T) {
 					time.AfterFunc(time.Second, cancel)
 				}
 				defer cancel()
-				page, err := c.Req(ctx, []byte(`{"limit":10}`), 10, 5*time.Second)
+				page, err := c.Req(ctx, []byte(`{"limit":2}`), 2, 5*time.Second)
 				switch {
 				case tc.ctx && err == nil:
 					t.Fatalf("the first REQ ended %v, want the caller's cancel", page.End)
@@ -221,13 +229,24 @@ func TestLateEventsOfPagesEndedOtherwise(t *testing.T) {
 					t.Fatalf("the second REQ: %v, %+v", err, page)
 				}
 				late := c.TakeLate()
-				if len(late.Items) != 3 {
-					t.Errorf("%d late events kept, want the first page's 3", len(late.Items))
+				if len(late.Items) != 3 || len(late.Info) != 3 {
+					t.Errorf("%d late events kept (%d infos), want the first page's 3", len(late.Items), len(late.Info))
 				}
-				if want := tc.want == EndEOSE && !tc.ctx; late.AfterEOSE != want {
-					t.Errorf("after EOSE: %v, want %v", late.AfterEOSE, want)
+				if got := anyAfterEOSE(late); got != tc.afterEOSE {
+					t.Errorf("after EOSE: %v, want %v", got, tc.afterEOSE)
 				}
 			})
 		})
 	}
+}
+
+// anyAfterEOSE reports whether l holds an event sent after its page's
+// EOSE, or dropped one.
+func anyAfterEOSE(l Late) bool {
+	for _, in := range l.Info {
+		if in.AfterEOSE {
+			return true
+		}
+	}
+	return l.DroppedAfterEOSE
 }
