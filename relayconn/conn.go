@@ -25,6 +25,14 @@ var ErrTooManyRequests = errors.New("HTTP 429 on connect")
 // ErrConnClosed ends every subscription of a connection that went away.
 var ErrConnClosed = errors.New("connection closed")
 
+// ErrFrameTooLarge: the relay sent a message over DialOptions.MaxFrame,
+// and the connection was closed (WebSocket status 1009).
+var ErrFrameTooLarge = errors.New("the relay sent a message over the largest accepted")
+
+// closeMessageTooLarge is the WebSocket close status gws ends a
+// connection with when a message is over its ReadMaxPayloadSize.
+const closeMessageTooLarge = 1009
+
 // EndKind says how a page ended.
 type EndKind uint8
 
@@ -112,6 +120,7 @@ type Conn struct {
 
 	negs map[string]*negSub // NIP-77 reconciliations (see neg.go)
 
+	maxFrame  int          // DialOptions.MaxFrame, for the error of a message over it
 	lastFrame atomic.Int64 // unix nanos of the last frame of any kind
 	linger    atomic.Int64 // nanos a page waits for late events after its EOSE (SetLinger)
 	pingStop  chan struct{}
@@ -196,7 +205,7 @@ func Dial(ctx context.Context, relay string, o DialOptions) (*Conn, error) {
 	}
 	c := &Conn{
 		url: relay, subs: map[string]*sub{}, done: make(chan struct{}),
-		pingStop: make(chan struct{}), pingDone: make(chan struct{}),
+		pingStop: make(chan struct{}), pingDone: make(chan struct{}), maxFrame: o.MaxFrame,
 	}
 	ws, resp, err := gws.NewClientFromConn(c, &gws.ClientOption{
 		Addr:               relay,
@@ -694,10 +703,14 @@ func (c *Conn) OnOpen(*gws.Conn) {}
 func (c *Conn) OnClose(_ *gws.Conn, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil {
+	var code interface{ Uint16() uint16 }
+	switch {
+	case err == nil:
 		err = ErrConnClosed
+	case errors.As(err, &code) && code.Uint16() == closeMessageTooLarge:
+		err = fmt.Errorf("%w (%d bytes): an event that large is not read; the crawl's --max-frame, the daemon's max_frame_bytes", ErrFrameTooLarge, c.maxFrame)
 	}
-	c.closeErr = fmt.Errorf("%w: %v", ErrConnClosed, err)
+	c.closeErr = fmt.Errorf("%w: %w", ErrConnClosed, err)
 	for _, s := range c.subs {
 		c.finishLocked(s, EndConnLost, err.Error())
 	}

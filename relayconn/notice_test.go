@@ -2,7 +2,9 @@ package relayconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -249,4 +251,28 @@ func anyAfterEOSE(l Late) bool {
 		}
 	}
 	return l.DroppedAfterEOSE
+}
+
+// A message over MaxFrame closes the connection (status 1009): the page
+// ends conn-lost saying so, with the cap and the settings that raise it,
+// and later REQs on the connection fail with ErrFrameTooLarge.
+func TestMessageOverMaxFrame(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &pipeRelay{onMsg: onReq(func(s relaySide, sub string) {
+			big := strings.Replace(testEvent(0), `"content":""`, `"content":"`+strings.Repeat("x", 1<<20)+`"`, 1)
+			_ = s.WriteMessage(gws.OpcodeText, []byte(`["EVENT","`+sub+`",`+big+`]`))
+		})}
+		c := pipeDial(t, p)
+		defer c.Close()
+		page, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.End != EndConnLost || !strings.Contains(page.Reason, "over the largest accepted (1048576 bytes)") || !strings.Contains(page.Reason, "--max-frame") {
+			t.Fatalf("page ended %v: %q", page.End, page.Reason)
+		}
+		if _, err := c.Req(context.Background(), []byte(`{"limit":10}`), 10, 5*time.Second); !errors.Is(err, ErrFrameTooLarge) {
+			t.Fatalf("a REQ after the close: %v, want ErrFrameTooLarge", err)
+		}
+	})
 }

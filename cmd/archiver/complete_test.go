@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,5 +71,46 @@ func TestCrawlExitsZeroOnlyWhenProven(t *testing.T) {
 				t.Errorf("stats text lacks the coverage (%v):\n%s", err, text)
 			}
 		})
+	}
+}
+
+// A relay serving an event over --max-frame closes every page holding it
+// (WebSocket status 1009): the crawl gives up on the relay saying which
+// setting to raise, and with it raised archives the relay.
+func TestCrawlMaxFrame(t *testing.T) {
+	t.Parallel()
+	f := fixture(t, testrelay.FixtureOptions{Seed: 16, Events: 300})
+	items := slices.Clone(f.Items)
+	big := items[150]
+	big.Raw = bytes.Replace(big.Raw, []byte(`"content":"`), append([]byte(`"content":"`), bytes.Repeat([]byte("x"), 100<<10)...), 1)
+	items[150] = big
+	r, err := testrelay.New(testrelay.Options{MaxLimit: 50, SupportCount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(items...)
+	t.Cleanup(func() { r.Close() })
+	data := t.TempDir()
+	for _, tc := range []struct {
+		maxFrame string
+		code     int
+		want     string
+	}{
+		{"64KiB", 1, "over the largest accepted (65536 bytes)"},
+		{"1MiB", 0, r.URL() + ": " + crawl.FinishDrained},
+	} {
+		var stderr bytes.Buffer
+		cmd := archiver("crawl", "--data", data, "--max-frame", tc.maxFrame, r.URL())
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Fatalf("--max-frame %s: exit %d, want %d with %q:\n%s", tc.maxFrame, code, tc.code, tc.want, tail(stderr.String()))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nostr-archiver/archiver/config"
 	"io"
 	"runtime"
 	"strings"
@@ -40,6 +41,8 @@ func runCrawl(args []string) int {
 	)
 	var keyFiles repeated
 	fs.Var(&keyFiles, "auth-key-file", authKeyFileHelp)
+	maxFrame := config.ByteSize(d.MaxFrame)
+	fs.Var(&maxFrame, "max-frame", fmt.Sprintf("largest WebSocket message read from a relay, %v to %v (a relay's page holding a larger event fails)", config.ByteSize(config.MinFrameBytes), config.ByteSize(config.MaxFrameBytes)))
 	c.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: archiver crawl [flags] RELAY_URL...\n\nArchives each relay once and exits 0 when every relay was drained.\nRELAY_URL: wss://host[:port][/path], ws://host[:port][/path], or a bare host (wss://host).")
@@ -79,6 +82,10 @@ func runCrawl(args []string) int {
 	if opts.Authors, err = parseAuthors(*authors); err != nil {
 		return usageError("--authors", err)
 	}
+	if maxFrame < config.MinFrameBytes || maxFrame > config.MaxFrameBytes {
+		return usageError("--max-frame", fmt.Errorf("%v is outside %v to %v", maxFrame, config.ByteSize(config.MinFrameBytes), config.ByteSize(config.MaxFrameBytes)))
+	}
+	opts.MaxFrame = int(maxFrame)
 	if err := opts.Check(); err != nil {
 		return usageError("crawl", err)
 	}
@@ -157,7 +164,7 @@ func runCrawl(args []string) int {
 	proofs := map[string]crawl.SyncResult{}
 	if *prove && opts.Kinds == nil && opts.Authors == nil {
 		so := crawl.SyncOptions{Store: store, Logger: log, Since: opts.Since, Until: -1, Idle: *timeout, OnlyIfListed: true,
-			Dial: relayconn.DialOptions{MaxFrame: d.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
+			Dial: relayconn.DialOptions{MaxFrame: opts.MaxFrame, DialTimeout: d.DialTimeout, PingInterval: 30 * time.Second}}
 		if *until != "" {
 			so.Until = opts.Until
 		}
