@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -460,6 +461,10 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			}
 			return
 		}
+		if why, ok := r.shortOnlyLive(ctx, since, until); ok {
+			c.Why = why
+			return
+		}
 		if c.Repaged >= maxRepages {
 			about := ""
 			if !rc.proves() {
@@ -481,6 +486,37 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			return
 		}
 	}
+}
+
+// shortOnlyLive reports whether [since, until], which holds fewer events
+// than the relay counts, holds at least as many as it counts outside the
+// seconds in which events may have been published while this run crawled
+// the relay (from liveMargin before it started to liveMargin after now:
+// a busy relay takes in new events all the while, which paging never
+// promised). Then the range is proven by COUNT outside those seconds and
+// paged inside them, as why says. A range that does not reach them, or
+// whose shortfall lies elsewhere, is not (ok false).
+func (r *relayCrawl) shortOnlyLive(ctx context.Context, since, until int64) (why string, ok bool) {
+	lo := r.started - int64(liveMargin/time.Second)
+	hi := r.c.opts.Now().Add(liveMargin).Unix()
+	if until < lo || since > hi {
+		return "", false
+	}
+	full := func(since, until int64) bool {
+		if since > until {
+			return true
+		}
+		rc, ok := r.countEvents(ctx, since, until)
+		if !ok || !rc.proves() {
+			return false
+		}
+		held, err := r.held(since, until)
+		return err == nil && held >= rc.n
+	}
+	if !full(since, lo-1) || !full(hi+1, until) {
+		return "", false
+	}
+	return fmt.Sprintf("counted in full but for [%d, %d], which was paged: the relay took in events dated then while it was crawled, and counts them", max(since, lo), min(until, hi)), true
 }
 
 // servedOver checks a COUNT n below what the archive holds of [since,

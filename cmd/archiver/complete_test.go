@@ -99,18 +99,9 @@ func TestCrawlMaxFrame(t *testing.T) {
 		{"64KiB", 1, "over the largest accepted (65536 bytes)"},
 		{"1MiB", 0, r.URL() + ": " + crawl.FinishDrained},
 	} {
-		var stderr bytes.Buffer
-		cmd := archiver("crawl", "--data", data, "--max-frame", tc.maxFrame, r.URL())
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-			t.Fatalf("--max-frame %s: exit %d, want %d with %q:\n%s", tc.maxFrame, code, tc.code, tc.want, tail(stderr.String()))
+		code, _, stderr, _ := run(t, "", "crawl", "--data", data, "--max-frame", tc.maxFrame, r.URL())
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Fatalf("--max-frame %s: exit %d, want %d with %q:\n%s", tc.maxFrame, code, tc.code, tc.want, tail(stderr))
 		}
 	}
 }
