@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -497,12 +496,12 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 // paged inside them, as why says. A range that does not reach them, or
 // whose shortfall lies elsewhere, is not (ok false).
 func (r *relayCrawl) shortOnlyLive(ctx context.Context, since, until int64) (why string, ok bool) {
-	lo := r.started - int64(liveMargin/time.Second)
+	lo := r.started.Add(-liveMargin).Unix()
 	hi := r.c.opts.Now().Add(liveMargin).Unix()
 	if until < lo || since > hi {
 		return "", false
 	}
-	full := func(since, until int64) bool {
+	counted := func(since, until int64) bool { // the archive holds what the relay counts
 		if since > until {
 			return true
 		}
@@ -513,7 +512,7 @@ func (r *relayCrawl) shortOnlyLive(ctx context.Context, since, until int64) (why
 		held, err := r.held(since, until)
 		return err == nil && held >= rc.n
 	}
-	if !full(since, lo-1) || !full(hi+1, until) {
+	if !counted(since, lo-1) || !counted(hi+1, until) {
 		return "", false
 	}
 	return fmt.Sprintf("counted in full but for [%d, %d], which was paged: the relay took in events dated then while it was crawled, and counts them", max(since, lo), min(until, hi)), true

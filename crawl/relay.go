@@ -107,9 +107,8 @@ type relayCrawl struct {
 	// only result, once every worker stopped, uses it.
 	lateRounds int
 	// fresh counts the events commits stored for the first time.
-	fresh atomic.Int64
-	// started is the crawl's clock when this run began (unix seconds).
-	started int64
+	fresh   atomic.Int64
+	started time.Time // the crawl's clock when this run began
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
 	rec     RelayRecord
@@ -156,7 +155,7 @@ func (c *Crawler) crawlRelay(ctx context.Context, url string) Result {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{}, started: c.opts.Now().Unix(),
+	r := &relayCrawl{c: c, url: url, idx: idx, log: log, cancel: cancel, density: &shard.Density{}, started: c.opts.Now(),
 		tallies: map[string]*tally{}, known: knownAuthors{},
 		workerDone: make(chan struct{}, 1), metrics: c.opts.Metrics.forRelay(url)}
 	if err := r.loadRecord(); err != nil {
