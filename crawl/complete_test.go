@@ -625,6 +625,43 @@ func TestOrderCheckAnsweredEarly(t *testing.T) {
 	}
 }
 
+// A relay whose pages are otherwise what NIP-01 promises but that answers
+// runs of REQs with their EOSE first and never sends their events (a
+// bouncer that stops its upstream query at the CLOSE):
+//   - "page and probes": a run answers a shard's second page and two of
+//     the three probes after it so, and the third reaches under the
+//     relay's oldest event: drained, 50 of 3,000 archived. That page asks
+//     again for the second whose events the page before served: an empty
+//     answer to it catches the relay ("emptied"), and its empty pages are
+//     asked for again before they are believed.
+//   - "first page and probes": a shard's first page and the probes after
+//     it: unproven with 1 of 3,000 (the event a filter without bounds
+//     served). A range whose pages were answered with nothing but that
+//     holds such an event is paged again, its empty answers asked again.
+//   - "runs of 5": once caught, each empty page was searched down to the
+//     highest window holding an event, whose page came back empty again:
+//     26 seconds a page, until the test's 5 minutes ran out. An empty page
+//     of such a relay that probes find events under is asked for again
+//     first.
+func TestAnswersDropped(t *testing.T) {
+	checkLeaks(t)
+	f := liarFixture(t)
+	for name, c := range map[string]struct{ every, run int }{
+		"page and probes":       {13, 3},
+		"first page and probes": {10, 3},
+		"runs of 5":             {11, 5},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			relay := testrelay.Options{MaxLimit: 50, EOSEFirstEvery: c.every, EOSEFirstRun: c.run, EOSEFirstDropped: true}
+			res, rec := crawlExact(t, relay, oneWorker(f, 2), f)
+			if _, caught := rec.Lies["emptied"]; !caught || res.Finish != crawl.FinishUnproven {
+				t.Errorf("the crawl says %v, lies %v: want unproven, the empty answers caught", res, rec.Lies)
+			}
+		})
+	}
+}
+
 // A relay of four stores, each applying the limit, whose pages are cut
 // at the limit counting duplicate frames, shows each page one store's
 // newest events, and pads every answer with events outside the filter,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -398,9 +399,29 @@ func (r *relayCrawl) askBroad(ctx context.Context, out []RangeCoverage) {
 			until = shard.OpenTop
 		}
 		held, err := r.held(out[i].Since, until)
-		if err != nil || held > 0 {
-			out[i].Proof, out[i].Why, out[i].Held = ProofUnproven, whyBroadServed, held
+		switch {
+		case err != nil:
+			out[i].Proof, out[i].Why = ProofUnproven, whyBroadServed
+			continue
+		case held == 0:
+			continue
 		}
+		// Paged again, its empty answers asked for again: its pages may
+		// have been answered before their events (a relay answering
+		// runs of REQs so, then dropping them, answered a shard's first
+		// page and every probe after it with nothing: 1 of its 3,000
+		// events was archived).
+		top := "open"
+		if out[i].Until != 0 {
+			top = strconv.FormatInt(out[i].Until, 10)
+		}
+		r.lie(lieEmptied, fmt.Sprintf("answered the pages of [%d, %s] with nothing, but served an event in it to a filter without bounds", out[i].Since, top))
+		if again, err := r.repageHeld(ctx, out[i].Since, until, 0); err == nil {
+			held = again
+		} else {
+			r.log.Warn("paging again a range answered empty", zap.Int64("since", out[i].Since), zap.Error(err))
+		}
+		out[i].Proof, out[i].Why, out[i].Held = ProofUnproven, whyBroadServed, held
 	}
 }
 
@@ -609,6 +630,7 @@ const servedOverPages = 8
 func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error) {
 	cursor := until
 	failures, slowdowns, empties := 0, 0, 0
+	atCursor := 0 // as pageState.atCursor
 	var win pageWindow
 	bad := map[string]bool{}
 	for cursor >= since {
@@ -656,6 +678,10 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 			return len(bad), fmt.Errorf("store: %w", err)
 		}
 		r.c.opts.OnCommit()
+		if n == 0 && atCursor > 0 {
+			r.emptiedAt(since, cursor, atCursor)
+		}
+		atCursor = 0
 		switch {
 		case windowed:
 			next, wall := r.windowStep(&win, since, bottom, cursor, n, r.full(n, frames))
@@ -668,8 +694,9 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 				r.answered(next+1, cursor, cursor != until, ats)
 			}
 			cursor = next
-		case n == 0 && r.caught(lieAfterEOSE) && empties < emptyRetries:
-			// Its EOSE may have come before its events: ask again.
+		case n == 0 && r.emptiesDoubted() && empties < emptyRetries:
+			// Its EOSE may have come before its events, or its answer
+			// was cut: ask again.
 			empties++
 		case n == 0:
 			r.answered(since, cursor, cursor != until, nil)
@@ -688,6 +715,11 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 				}
 			}
 			cursor, empties = oldest, 0
+			for _, at := range ats {
+				if at == oldest {
+					atCursor++
+				}
+			}
 		default:
 			empties = 0
 			if r.secondFull(ctx, n, frames) {
@@ -701,8 +733,9 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 	return len(bad), nil
 }
 
-// emptyRetries is how often repage asks again for a page that came back
-// empty from a relay that sends events after their page's EOSE.
+// emptyRetries is how often a page that came back empty from a relay
+// caught answering pages with nothing where it holds events
+// (emptiesDoubted) is asked for again.
 const emptyRetries = 3
 
 // copies hands items to the store, with the created_at the receive path

@@ -25,7 +25,15 @@ const (
 	lieEmptyEarly = "empty-early"
 	lieUnordered  = "unordered"
 	lieAfterEOSE  = "after-eose"
+	lieEmptied    = "emptied"
 )
+
+// emptiesDoubted reports whether the relay was caught answering a page
+// with nothing where it holds events (its events after the EOSE, or never):
+// an empty page of it is asked for again before it is believed.
+func (r *relayCrawl) emptiesDoubted() bool {
+	return r.caught(lieAfterEOSE) || r.caught(lieEmptied)
+}
 
 // lie records a way the relay was caught lying (the first text per kind).
 func (r *relayCrawl) lie(kind, text string) {
@@ -100,7 +108,7 @@ func (r *relayCrawl) emptyProbe(ctx context.Context, since, top int64, search bo
 		top = r.c.opts.Now().Unix()
 	}
 	shifts := emptyProbeShifts
-	if r.caught(lieEmptyEarly) {
+	if r.caught(lieEmptyEarly) || r.caught(lieEmptied) {
 		shifts = emptyProbeShiftsCaught
 	}
 	d := top - since

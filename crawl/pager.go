@@ -114,12 +114,18 @@ type pageState struct {
 	// released (keepUnchecked).
 	unchecked *uncheckedPage
 	// empties counts the empty pages in a row at the cursor from a relay
-	// caught sending events after their page's EOSE: asked for again up
-	// to emptyRetries times before an empty page is believed.
+	// caught answering pages with nothing where it holds events
+	// (emptiesDoubted): asked for again up to emptyRetries times before
+	// an empty page is believed.
 	empties int
 	// contradicted counts the empty pages in a row that emptyProbe
 	// found events under on such a relay, each then asked for again.
 	contradicted int
+	// atCursor is how many events the last page served at its oldest
+	// second, where it moved the cursor: the next page asks for that
+	// second again, and comes back empty only from a relay that answered
+	// before its events or dropped them (0: the cursor moved otherwise).
+	atCursor int
 }
 
 // pageCommit is a page's commit running while its worker fetches the
@@ -469,6 +475,15 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	if n > 0 {
 		ps.empties, ps.contradicted = 0, 0
 	}
+	// An empty answer for the second whose events the last page served:
+	// the relay answered before them, or left them out. No empty answer
+	// of it is the end for sure. (With the page and the probes after it
+	// answered so, a relay answering runs of REQs before their events,
+	// then dropping them, was drained with 50 of its 3,000 events.)
+	if n+stolen == 0 && !ps.windowed && ps.atCursor > 0 {
+		r.emptiedAt(s.Since, s.Cursor, ps.atCursor)
+	}
+	ps.atCursor = 0
 	wall := false
 	switch {
 	case n == 0 && older == 0 && r.substantial(newer):
@@ -481,8 +496,8 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		}
 		r.fail(FinishUnpageable, fmt.Sprintf("asked until=%d, got %d newer events and none in range: the relay ignores until", s.Cursor, newer))
 		return s, nil, nil
-	case n == 0 && r.caught(lieAfterEOSE) && ps.empties < emptyRetries:
-		ps.empties++ // its EOSE may have come before its events: ask again
+	case n == 0 && r.emptiesDoubted() && ps.empties < emptyRetries:
+		ps.empties++ // its EOSE may have come before its events, or its answer was cut: ask again
 	case ps.windowed && n+stolen == 0 && ps.empties < emptyRetries && r.heldUnder(asked, s):
 		// A window answered empty where the archive holds the relay's
 		// events: answered before its events (their late frames may
@@ -508,16 +523,16 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// events empty), or the relay was caught. A shard of a sparse
 		// relay that is empty from its top costs the probes too.
 		//
-		// On a relay caught sending events after their page's EOSE, a
-		// window holding an event more likely shows a page answered
-		// before its events than a scan that ended early: the page is
+		// On a relay caught answering pages with nothing where it holds
+		// events (emptiesDoubted), a window holding an event more likely
+		// shows such an answer than a scan that ended early: the page is
 		// asked for again (up to emptyRetries times more, emptyRetries
 		// times over) before the windows are searched for the break. (A
 		// search after each such answer moved the cursor a second at a
 		// time, for minutes, on a relay answering every other REQ so.)
-		late := r.caught(lieAfterEOSE)
-		if s.Cursor != s.Until || expected >= 1 || r.caught(lieEmptyEarly) || late {
-			again := late && ps.contradicted < emptyRetries
+		doubted := r.emptiesDoubted()
+		if s.Cursor != s.Until || expected >= 1 || r.caught(lieEmptyEarly) || doubted {
+			again := doubted && ps.contradicted < emptyRetries
 			if u, found := r.emptyProbe(ctx, s.Since, s.Cursor, !again); found && again {
 				cursor, trusted, ps.empties = s.Cursor, false, 0
 				ps.contradicted++
@@ -538,6 +553,11 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// relay dropping 1 event in 3 so lost 984 of 3,000, drained,
 		// while only full pages were checked).
 		cursor, trusted = oldest, true
+		for _, at := range ats {
+			if at == oldest {
+				ps.atCursor++
+			}
+		}
 		top := r.orderCheckTop(s.Cursor, page)
 		span := top - oldest
 		due, first := r.orderCheckDue()
@@ -589,6 +609,15 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	}
 	next, c := r.commitAhead(page, malformed, s, shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted, endTrusted: endTrusted})
 	return next, c, nil
+}
+
+// emptiedAt records the relay answering a page for [since, cursor] with
+// nothing, though the page before had served n events at cursor, which
+// the page asks for again (until is inclusive: a relay reading it
+// otherwise is asked a second wider, see bounds.go).
+func (r *relayCrawl) emptiedAt(since, cursor int64, n int) {
+	r.lie(lieEmptied, fmt.Sprintf("answered [%d, %d] with nothing though its last page had served %d events at %d, which it asks for again: "+
+		"it answers before its events or leaves them out, so an empty page is not the end", since, cursor, n, cursor))
 }
 
 // heldUnder reports whether the archive holds events the relay served in
