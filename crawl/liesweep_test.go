@@ -55,6 +55,21 @@ func TestLieSweep(t *testing.T) {
 	pick("countcap", 0.15, func() { o.SupportCount = true; o.CountCap = 100 + rng.IntN(1000); o.CountCapSilent = rng.IntN(2) == 0 })
 	pick("latency", 0.2, func() { o.Latency = time.Duration(rng.IntN(5)) * time.Millisecond })
 	pick("subs", 0.15, func() { o.MaxSubsPerConn = 1 + rng.IntN(4) })
+	// Later lies draw from their own source: the draws above, and so what
+	// a seed named before them, stay as they were.
+	more := rand.New(rand.NewPCG(uint64(seed), 11))
+	pickMore := func(name string, p float64, fn func()) {
+		if more.Float64() < p {
+			fn()
+			names = append(names, name)
+		}
+	}
+	if o.EOSEFirstEvery > 0 {
+		pickMore("dropped", 0.4, func() { o.EOSEFirstDropped = true })
+		pickMore("run", 0.4, func() { o.EOSEFirstRun = 2 + more.IntN(5) })
+		pickMore("split", 0.2, func() { o.EOSEFirstSplit = time.Duration(10+more.IntN(200)) * time.Millisecond })
+	}
+	pickMore("broken", 0.15, func() { o.BrokenEvery = 50 + more.IntN(500) })
 	opts := crawl.Options{Now: clockAt(f.Until), Shards: []int{1, 2, 4, 8}[rng.IntN(4)]}
 	if rng.IntN(3) == 0 {
 		opts.StartInFlight, opts.MaxConnsPerRelay, opts.MaxInFlightPerConn = 1, 1, 1

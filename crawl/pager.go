@@ -480,7 +480,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	// of it is the end for sure. (With the page and the probes after it
 	// answered so, a relay answering runs of REQs before their events,
 	// then dropping them, was drained with 50 of its 3,000 events.)
-	if n+stolen == 0 && !ps.windowed && ps.atCursor > 0 {
+	if n+stolen+newer == 0 && !ps.windowed && ps.atCursor > 0 { // (newer only: it ignores until, see below)
 		r.emptiedAt(s.Since, s.Cursor, ps.atCursor)
 	}
 	ps.atCursor = 0
