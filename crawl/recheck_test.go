@@ -30,6 +30,11 @@ func TestRecheck(t *testing.T) {
 		// again shows what the relay counts (before: unproven on every
 		// recheck).
 		{"COUNT, malformed objects", testrelay.Options{MaxLimit: 100, SupportCount: true}, 8, false, crawl.ProofCount},
+		// Every count marked approximate (HyperLogLog's): ranges are
+		// halved while they count more than a page, then paged again
+		// where short (before: halved down to single seconds, from the
+		// relay's first, without end).
+		{"approximate COUNT", testrelay.Options{MaxLimit: 100, SupportCount: true, CountApproximate: true}, 0, false, crawl.ProofPaged},
 		{"NIP-77", testrelay.Options{MaxLimit: 100, NIP77: true}, 0, false, crawl.ProofNIP77},
 		{"neither", testrelay.Options{MaxLimit: 100}, 0, false, ""},
 		// Found only by paging everything again (crawl --recheck).

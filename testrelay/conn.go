@@ -177,6 +177,8 @@ func (c *conn) do(j job) error {
 			b = fmt.Appendf(nil, `["COUNT",%s,{"count":%d}]`, j.subJSON, o.CountCap)
 		case o.CountCap > 0 && n > o.CountCap:
 			b = fmt.Appendf(nil, `["COUNT",%s,{"count":%d,"approximate":true}]`, j.subJSON, o.CountCap)
+		case o.CountApproximate:
+			b = fmt.Appendf(nil, `["COUNT",%s,{"count":%d,"approximate":true}]`, j.subJSON, n)
 		}
 		return c.write(appendFrame(c.buf[:0], b))
 	default:

@@ -88,6 +88,9 @@ type Options struct {
 	// does, or eventstore's CountEvents, which counts one event per query
 	// when part of the filter is matched on the event (--authors).
 	CountCapSilent bool
+	// CountApproximate marks every COUNT answer "approximate": true, exact
+	// or not, as a relay counting with HyperLogLog (NIP-45) does.
+	CountApproximate bool
 
 	// AuthRequired sends ["AUTH",challenge] on connect and refuses REQ and
 	// COUNT with CLOSED "auth-required: ..." until the client has sent a

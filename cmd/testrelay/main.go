@@ -77,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.CountNoticeEvery, "count-notice-every", 0, "answer every Nth COUNT with only a NOTICE (0: never)")
 	fs.IntVar(&o.CountCap, "count-cap", 0, `answer COUNT with at most N, "approximate": true when capped (0: no cap)`)
 	fs.BoolVar(&o.CountCapSilent, "count-cap-silent", false, `with -count-cap, leave a capped COUNT unmarked (a COUNT that undercounts)`)
+	fs.BoolVar(&o.CountApproximate, "count-approximate", false, `mark every COUNT "approximate": true, as a relay counting with HyperLogLog does`)
 	fs.DurationVar(&o.Latency, "latency", 0, "delay before each page (per connection, -page-workers pages at once)")
 	fs.IntVar(&o.PageWorkers, "page-workers", 1, "REQs of one connection served concurrently under -latency")
 	fs.Float64Var(&o.Capacity, "capacity", 0, "events per second the relay serves across all connections (0: no cap)")
