@@ -7,11 +7,11 @@ import (
 	"github.com/nostr-archiver/archiver/testrelay"
 )
 
-// A relay whose COUNT is capped and marked approximate proves nothing of a
-// range holding more than the cap, but its parts under the cap are counted
-// exactly: an honest relay's ranges are proven by them (they were only
-// paged), and a relay that leaves the same events out of every page shows
-// them missing (it was drained, 60 of 3,000 lost).
+// A relay whose COUNT is capped (marked approximate, or not) proves nothing
+// of a range holding more than the cap, but its parts under the cap are
+// counted exactly: an honest relay's ranges are proven by them (they were
+// only paged), and a relay that leaves the same events out of every page
+// shows them missing (it was drained, 60 of 3,000 lost).
 func TestCappedCountInParts(t *testing.T) {
 	checkLeaks(t)
 	f := liarFixture(t)
@@ -23,6 +23,11 @@ func TestCappedCountInParts(t *testing.T) {
 	}{
 		{"honest", testrelay.Options{MaxLimit: 50, SupportCount: true, CountCap: 500}, crawl.FinishDrained, crawl.ProofCount},
 		{"leaves events out", testrelay.Options{MaxLimit: 50, SupportCount: true, CountCap: 500, OmitEvery: 50, OmitForever: true}, crawl.FinishUnproven, ""},
+		// Capped without saying so (a relay counting what a query capped
+		// at its limit returns): shown by paging over the count once,
+		// then counted in parts.
+		{"silent, honest", testrelay.Options{MaxLimit: 50, SupportCount: true, CountCap: 200, CountCapSilent: true}, crawl.FinishDrained, crawl.ProofCount},
+		{"silent, leaves events out", testrelay.Options{MaxLimit: 50, SupportCount: true, CountCap: 200, CountCapSilent: true, OmitEvery: 50, OmitForever: true}, crawl.FinishUnproven, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

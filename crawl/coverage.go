@@ -213,6 +213,7 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 			break
 		}
 		c := RangeCoverage{Since: g.since, Until: g.until, Proof: ProofPaged, At: now}
+		capped := false // the relay's COUNT of it (checkRange)
 		if g.until == shard.OpenTop {
 			c.Until = 0
 		}
@@ -238,17 +239,24 @@ func (r *relayCrawl) audit(ctx context.Context) []RangeCoverage {
 		case !r.count:
 			c.Why = "the relay answers no COUNT"
 		default:
-			r.checkRange(ctx, &c, g.since, g.until, g.malformed)
+			capped = r.checkRange(ctx, &c, g.since, g.until, g.malformed)
 		}
 		parts := []RangeCoverage{c}
-		if c.Why == whyCountApprox && c.Count > int64(r.limit) && g.until > g.since {
+		if capped && c.Count > int64(r.limit) && g.until > g.since {
 			// A capped count may be exact in parts: they prove the range,
 			// or show what its pages left out (a relay leaving out the
 			// same events every time, its COUNT capped, was drained).
 			parts = r.countParts(ctx, g.since, g.until, now)
 		}
 		for _, c := range parts {
-			if lies := r.lies(); c.Proof == ProofPaged && lies != "" {
+			lies := r.lies()
+			if c.Proof == ProofCount && lies != "" && r.countCap.Load() > 0 {
+				// Its COUNT was seen under what it serves: counted in
+				// parts, it may undercount them too, as its pages leave
+				// events out.
+				c.Proof, c.Why = ProofPaged, whyCountUnder
+			}
+			if c.Proof == ProofPaged && lies != "" {
 				c.Proof, c.Why = ProofUnproven, "paged, but the relay "+lies+"; and "+c.Why
 			}
 			out = append(out, c)
@@ -311,7 +319,16 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 	case rc.proves() && rc.n <= held:
 		c.Proof = ProofCount
 		if rc.n < held {
-			if why := r.countShort(ctx, since, until, rc.n, held); why != "" {
+			// A count at or over one the relay was shown to cap is halved
+			// without paging to show it again.
+			why := whyCountCapped
+			if capAt := r.countCap.Load(); capAt == 0 || rc.n < capAt {
+				why = r.countShort(ctx, since, until, rc.n, held)
+			}
+			if why != "" && until > since && rc.n > int64(r.limit) {
+				return r.recheckHalves(ctx, since, until, now) // exact in parts, maybe
+			}
+			if why != "" {
 				c.Proof, c.Why = ProofPaged, why
 			}
 		}
@@ -485,12 +502,16 @@ func servedNothing(cs []RangeCoverage) bool {
 // counting again what the archive holds. An approximate COUNT proves
 // nothing (the range stays paged), but one above what is held is paged
 // again like an exact one, and left unproven if it stays above.
-func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until, malformed int64) {
+//
+// It reports whether the COUNT proved nothing for being approximate or
+// under what the relay serves (a capped count): one that may be exact in
+// parts of the range (countParts).
+func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, until, malformed int64) (capped bool) {
 	for {
 		rc, ok := r.countEvents(ctx, since, until)
 		if !ok {
 			c.Why = whyCountFailed
-			return
+			return false
 		}
 		// Events that came after their pages' EOSE (the last page paged
 		// again had none after it to take them) count too.
@@ -515,11 +536,11 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			default:
 				c.Proof = ProofCount
 			}
-			return
+			return !rc.proves() || short != ""
 		}
 		if why, ok := r.shortOnlyLive(ctx, since, until); ok {
 			c.Why = why
-			return
+			return false
 		}
 		if c.Repaged >= maxRepages {
 			about := ""
@@ -528,7 +549,7 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			}
 			c.Proof = ProofUnproven
 			c.Why = fmt.Sprintf("the relay counts %s%d events, paging %d times yielded %d: it serves fewer than it holds", about, n, c.Repaged+1, c.Held)
-			return
+			return false
 		}
 		c.Repaged++
 		held, err := r.repageHeld(ctx, since, until, malformed)
@@ -539,7 +560,7 @@ func (r *relayCrawl) checkRange(ctx context.Context, c *RangeCoverage, since, un
 			zap.Int64("count", n), zap.Int64("held", c.Held), zap.Error(err))
 		if err != nil {
 			c.Proof, c.Why = ProofUnproven, fmt.Sprintf("paging again: %v", err)
-			return
+			return false
 		}
 	}
 }
@@ -636,6 +657,7 @@ func (r *relayCrawl) repageHeld(ctx context.Context, since, until, malformed int
 func (r *relayCrawl) countShort(ctx context.Context, since, until, n, held int64) string {
 	if n < int64(servedOverPages*r.limit) {
 		if served := r.servedOver(ctx, since, until, n); served > 0 {
+			r.countCapAt(n)
 			return undercounts(n, served)
 		}
 	}
@@ -646,8 +668,29 @@ func (r *relayCrawl) countShort(ctx context.Context, since, until, n, held int64
 	if r.lies() == "" || held-n <= n/10 {
 		return ""
 	}
+	r.countCapAt(n)
 	return fmt.Sprintf("the relay's COUNT (%d) is below what the archive holds of the range (%d), and its pages lie", n, held)
 }
+
+// countCapAt records that the relay's COUNT said n where it serves (or the
+// archive holds) more: the lowest such n is taken for its cap.
+func (r *relayCrawl) countCapAt(n int64) {
+	for {
+		capAt := r.countCap.Load()
+		if (capAt != 0 && capAt <= n) || r.countCap.CompareAndSwap(capAt, n) {
+			return
+		}
+	}
+}
+
+// whyCountUnder is why a range of a relay whose pages lie is not proven
+// by a COUNT that agrees, once one of its COUNTs was seen under what it
+// serves.
+const whyCountUnder = "the relay's COUNT was seen under what it serves"
+
+// whyCountCapped is why a range counted at or over the relay's cap
+// (countCapAt) is not proven by it.
+const whyCountCapped = "the relay's COUNT is at or over the most it was seen to count where it serves more"
 
 // undercounts is why a range whose COUNT n is below the served events of
 // it servedOver paged is not proven by it.

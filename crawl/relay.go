@@ -109,6 +109,9 @@ type relayCrawl struct {
 	// fresh counts the events commits stored for the first time.
 	fresh   atomic.Int64
 	started time.Time // the crawl's clock when this run began
+	// countCap is the lowest COUNT the relay answered for a range it then
+	// served more of (countCapAt): its cap, if it counts a capped query.
+	countCap atomic.Int64
 
 	mu      sync.Mutex // guards everything below; never held across a commit (see commit)
 	rec     RelayRecord
