@@ -643,20 +643,35 @@ func TestOrderCheckAnsweredEarly(t *testing.T) {
 //     26 seconds a page, until the test's 5 minutes ran out. An empty page
 //     of such a relay that probes find events under is asked for again
 //     first.
+//   - "searched under, COUNT": runs of 3 from every 7th REQ over a relay
+//     with events dated ahead, answering COUNT: every page came back
+//     empty and was searched under, 7 seconds at a time, no event stored
+//     in 5 minutes. An empty page for a window a probe just found an
+//     event in catches the relay too. (Its COUNT, exact, proves it.)
 func TestAnswersDropped(t *testing.T) {
 	checkLeaks(t)
 	f := liarFixture(t)
-	for name, c := range map[string]struct{ every, run int }{
-		"page and probes":       {13, 3},
-		"first page and probes": {10, 3},
-		"runs of 5":             {11, 5},
+	ahead, err := testrelay.Generate(testrelay.FixtureOptions{Seed: 19, Events: 3000, Future: 200, FarFuture: 20, CacheDir: fixtureCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		every, run int
+		f          *testrelay.Fixture
+		count      bool
+		finish     string
+	}{
+		"page and probes":       {13, 3, f, false, crawl.FinishUnproven},
+		"first page and probes": {10, 3, f, false, crawl.FinishUnproven},
+		"runs of 5":             {11, 5, f, false, crawl.FinishUnproven},
+		"searched under, COUNT": {7, 3, ahead, true, crawl.FinishDrained},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			relay := testrelay.Options{MaxLimit: 50, EOSEFirstEvery: c.every, EOSEFirstRun: c.run, EOSEFirstDropped: true}
-			res, rec := crawlExact(t, relay, oneWorker(f, 2), f)
-			if _, caught := rec.Lies["emptied"]; !caught || res.Finish != crawl.FinishUnproven {
-				t.Errorf("the crawl says %v, lies %v: want unproven, the empty answers caught", res, rec.Lies)
+			relay := testrelay.Options{MaxLimit: 50, EOSEFirstEvery: c.every, EOSEFirstRun: c.run, EOSEFirstDropped: true, SupportCount: c.count}
+			res, rec := crawlExact(t, relay, oneWorker(c.f, 2), c.f)
+			if _, caught := rec.Lies["emptied"]; !caught || res.Finish != c.finish {
+				t.Errorf("the crawl says %v, lies %v: want %s, the empty answers caught", res, rec.Lies, c.finish)
 			}
 		})
 	}

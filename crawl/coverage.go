@@ -709,7 +709,7 @@ const servedOverPages = 8
 func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error) {
 	cursor := until
 	failures, slowdowns, empties := 0, 0, 0
-	atCursor := 0 // as pageState.atCursor
+	servedBelow := 0 // as pageState.servedBelow
 	var win pageWindow
 	bad := map[string]bool{}
 	for cursor >= since {
@@ -757,10 +757,10 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 			return len(bad), fmt.Errorf("store: %w", err)
 		}
 		r.c.opts.OnCommit()
-		if n == 0 && atCursor > 0 {
-			r.emptiedAt(since, cursor, atCursor)
+		if n == 0 && servedBelow > 0 {
+			r.emptiedAt(since, cursor, servedBelow)
 		}
-		atCursor = 0
+		servedBelow = 0
 		switch {
 		case windowed:
 			next, wall := r.windowStep(&win, since, bottom, cursor, n, r.full(n, frames))
@@ -796,7 +796,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 			cursor, empties = oldest, 0
 			for _, at := range ats {
 				if at == oldest {
-					atCursor++
+					servedBelow++
 				}
 			}
 		default:

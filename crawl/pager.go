@@ -121,11 +121,13 @@ type pageState struct {
 	// contradicted counts the empty pages in a row that emptyProbe
 	// found events under on such a relay, each then asked for again.
 	contradicted int
-	// atCursor is how many events the last page served at its oldest
-	// second, where it moved the cursor: the next page asks for that
-	// second again, and comes back empty only from a relay that answered
-	// before its events or dropped them (0: the cursor moved otherwise).
-	atCursor int
+	// servedBelow is how many events the relay just served in what the
+	// next page asks for: the last page's at its oldest second, where it
+	// moved the cursor (asked for again: until is inclusive), or the
+	// event a probe found under an empty page, where the cursor moved to.
+	// That page comes back empty only from a relay that answered before
+	// its events or dropped them (0: the cursor moved otherwise).
+	servedBelow int
 }
 
 // pageCommit is a page's commit running while its worker fetches the
@@ -480,10 +482,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	// of it is the end for sure. (With the page and the probes after it
 	// answered so, a relay answering runs of REQs before their events,
 	// then dropping them, was drained with 50 of its 3,000 events.)
-	if n+stolen+newer == 0 && !ps.windowed && ps.atCursor > 0 { // (newer only: it ignores until, see below)
-		r.emptiedAt(s.Since, s.Cursor, ps.atCursor)
+	if n+stolen+newer == 0 && !ps.windowed && ps.servedBelow > 0 { // (newer only: it ignores until, see below)
+		r.emptiedAt(s.Since, s.Cursor, ps.servedBelow)
 	}
-	ps.atCursor = 0
+	ps.servedBelow = 0
 	wall := false
 	switch {
 	case n == 0 && older == 0 && r.substantial(newer):
@@ -537,7 +539,10 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 				cursor, trusted, ps.empties = s.Cursor, false, 0
 				ps.contradicted++
 			} else if found {
-				cursor = u
+				// (A relay answering runs of REQs with nothing, each
+				// page so answered and searched under, moved the cursor
+				// 7 seconds a page, for minutes.)
+				cursor, ps.servedBelow = u, 1
 			}
 		}
 		if stolen == 0 {
@@ -555,7 +560,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		cursor, trusted = oldest, true
 		for _, at := range ats {
 			if at == oldest {
-				ps.atCursor++
+				ps.servedBelow++
 			}
 		}
 		top := r.orderCheckTop(s.Cursor, page)
@@ -612,12 +617,11 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 }
 
 // emptiedAt records the relay answering a page for [since, cursor] with
-// nothing, though the page before had served n events at cursor, which
-// the page asks for again (until is inclusive: a relay reading it
-// otherwise is asked a second wider, see bounds.go).
+// nothing, though it had just served n events there (see
+// pageState.servedBelow).
 func (r *relayCrawl) emptiedAt(since, cursor int64, n int) {
-	r.lie(lieEmptied, fmt.Sprintf("answered [%d, %d] with nothing though its last page had served %d events at %d, which it asks for again: "+
-		"it answers before its events or leaves them out, so an empty page is not the end", since, cursor, n, cursor))
+	r.lie(lieEmptied, fmt.Sprintf("answered [%d, %d] with nothing though it had just served %d events there: "+
+		"it answers before its events or leaves them out, so an empty page is not the end", since, cursor, n))
 }
 
 // heldUnder reports whether the archive holds events the relay served in
