@@ -353,8 +353,9 @@ func (r *relayCrawl) recheck(ctx context.Context, since, until, now int64) []Ran
 }
 
 // countParts is recheck's halves of [since, until], a range this run
-// paged whose COUNT is approximate, the open range's being [since, a
-// minute from now] and what lies above.
+// paged whose COUNT is approximate or under what the relay serves (see
+// checkRange); the open range's halves are those of [since, a minute from
+// now], and what lies above.
 func (r *relayCrawl) countParts(ctx context.Context, since, until, now int64) []RangeCoverage {
 	if until != shard.OpenTop {
 		return r.recheckHalves(ctx, since, until, now)
