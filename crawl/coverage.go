@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 
 	"github.com/nostr-archiver/archiver/event"
 	"github.com/nostr-archiver/archiver/rawstore"
@@ -465,11 +464,7 @@ func (r *relayCrawl) askBroad(ctx context.Context, out []RangeCoverage) {
 		// runs of REQs so, then dropping them, answered a shard's first
 		// page and every probe after it with nothing: 1 of its 3,000
 		// events was archived).
-		top := "open"
-		if out[i].Until != 0 {
-			top = strconv.FormatInt(out[i].Until, 10)
-		}
-		r.lie(lieEmptied, fmt.Sprintf("answered the pages of [%d, %s] with nothing, but served an event in it to a filter without bounds", out[i].Since, top))
+		r.lie(lieEmptied, fmt.Sprintf("answered the pages of [%d, %s] with nothing, but served an event in it to a filter without bounds", out[i].Since, untilText(out[i].Until)))
 		if again, err := r.repageHeld(ctx, out[i].Since, until, 0); err == nil {
 			held = again
 		} else {
@@ -794,12 +789,7 @@ func (r *relayCrawl) repage(ctx context.Context, since, until int64) (int, error
 					}
 				}
 			}
-			cursor, empties = oldest, 0
-			for _, at := range ats {
-				if at == oldest {
-					servedBelow++
-				}
-			}
+			cursor, empties, servedBelow = oldest, 0, countAt(ats, oldest)
 		default:
 			empties = 0
 			if r.secondFull(ctx, n, frames) {

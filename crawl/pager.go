@@ -557,12 +557,7 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 		// cuts every page short of the most a page was seen to hold (a
 		// relay dropping 1 event in 3 so lost 984 of 3,000, drained,
 		// while only full pages were checked).
-		cursor, trusted = oldest, true
-		for _, at := range ats {
-			if at == oldest {
-				ps.servedBelow++
-			}
-		}
+		cursor, trusted, ps.servedBelow = oldest, true, countAt(ats, oldest)
 		top := r.orderCheckTop(s.Cursor, page)
 		span := top - oldest
 		due, first := r.orderCheckDue()
@@ -614,6 +609,17 @@ func (r *relayCrawl) advance(ctx context.Context, pc *poolConn, s shard.Shard, a
 	}
 	next, c := r.commitAhead(page, malformed, s, shardAdvance{id: s.ID, cursor: cursor, from: s.Cursor, trusted: trusted, endTrusted: endTrusted})
 	return next, c, nil
+}
+
+// countAt is how many of ats (one created_at per distinct event) are at.
+func countAt(ats []int64, at int64) int {
+	n := 0
+	for _, a := range ats {
+		if a == at {
+			n++
+		}
+	}
+	return n
 }
 
 // emptiedAt records the relay answering a page for [since, cursor] with
